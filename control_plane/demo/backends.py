@@ -1,0 +1,407 @@
+"""Demo model backends: small real HTTP servers for `make run`, tests and benchmarks.
+
+Two protocols, both plain HTTP/1.1 with keep-alive:
+
+- ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming) and
+  ``GET /v1/models``. The answer echoes the last user message as ``"echo: <text>"``.
+- ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
+  ``GET /v1/models/{model}``. Predictions are derived deterministically from
+  ``instances`` (or ``input``).
+
+Both answer ``GET /health``. Every response carries:
+
+- ``X-Demo-Backend``: the backend's name;
+- ``X-Demo-Saw-Authorization``: ``yes`` when the request carried ``Authorization`` or
+  ``X-API-Key`` (gateway tests use it to prove the caller's key never got through);
+- ``X-Demo-Request-Id``: the ``X-Request-Id`` the request carried, when it carried one.
+
+Fault injection, per request through request headers (they override the flags):
+
+- ``X-Demo-Latency-Ms: N``: sleep N ms before answering;
+- ``X-Demo-Status: S``: answer status S with an error body in the protocol's shape;
+- ``X-Demo-Chunk-Delay-Ms: N``: sleep N ms between SSE chunks.
+
+``--failure-rate F`` makes a fraction F of inference requests answer 500 (``/health``
+is exempt, so a flaky backend still looks alive to health checks).
+
+Token counts in ``usage`` are whitespace-separated words: ``prompt_tokens`` over the
+content of every message, ``completion_tokens`` over the answer. Stream chunks are one
+word each (with its trailing whitespace), so the deltas concatenate to the full answer.
+
+Run: ``python -m control_plane.demo.backends --protocol openai --port 9101``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import threading
+import time
+import uuid
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PROTOCOLS = ("openai", "predict")
+MAX_BODY = 16 * 1024 * 1024
+PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
+MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
+WORD = re.compile(r"\S+\s*")
+LABELS = ("negative", "neutral", "positive")
+
+# OpenAI's error "type" for a status, so injected errors look like the real thing.
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error",
+    403: "permission_error", 404: "not_found_error", 429: "rate_limit_error",
+}
+
+
+class BadRequest(Exception):
+    """The request body is not what the endpoint accepts (answered 400)."""
+
+
+class DemoServer(ThreadingHTTPServer):
+    """A threading HTTP server that knows its protocol, name and fault settings."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address, protocol: str, name: str, latency_ms: float = 0,
+                 failure_rate: float = 0.0, chunk_delay_ms: float = 0,
+                 seed: int | None = None, access_log: bool = False):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
+        if not 0.0 <= failure_rate <= 1.0:
+            raise ValueError("failure_rate must be within [0, 1]")
+        self.protocol = protocol
+        self.name = name
+        self.latency_ms = latency_ms
+        self.failure_rate = failure_rate
+        self.chunk_delay_ms = chunk_delay_ms
+        self.access_log = access_log
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        super().__init__(address, DemoHandler)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.server_address[0]}:{self.port}"
+
+    def should_fail(self) -> bool:
+        if self.failure_rate <= 0:
+            return False
+        with self._rng_lock:
+            return self._rng.random() < self.failure_rate
+
+    def start(self) -> "DemoServer":
+        """Serve on a daemon thread; returns self."""
+        # A short poll interval keeps shutdown() quick (tests start many servers).
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.05,),
+                                        daemon=True, name=f"demo-{self.name}")
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop serving and close the listening socket."""
+        if self._thread is not None:
+            super().shutdown()
+            self._thread.join(5)
+            self._thread = None
+        self.server_close()
+
+
+class DemoHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: DemoServer
+    server_version = "sluice-demo/1"
+
+    # ---- plumbing -------------------------------------------------------------
+
+    def log_message(self, fmt, *args):  # noqa: D102 - quiet unless asked
+        if self.server.access_log:
+            super().log_message(fmt, *args)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise BadRequest("body too large")
+        return self.rfile.read(length) if length else b""
+
+    def _json_body(self):
+        raw = self._read_body()
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise BadRequest("body is not valid UTF-8") from None
+        except ValueError as exc:
+            raise BadRequest(f"body is not valid JSON: {exc}") from None
+
+    def _demo_headers(self) -> None:
+        self.send_header("X-Demo-Backend", self.server.name)
+        saw = self.headers.get("Authorization") is not None or \
+            self.headers.get("X-API-Key") is not None
+        self.send_header("X-Demo-Saw-Authorization", "yes" if saw else "no")
+        request_id = self.headers.get("X-Request-Id")
+        if request_id is not None:
+            self.send_header("X-Demo-Request-Id", request_id)
+
+    def _send_json(self, status: int, obj) -> None:
+        body = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self._demo_headers()
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_error(self, status: int, message: str) -> None:
+        """An error in this backend's own protocol shape."""
+        if self.server.protocol == "openai":
+            body = {"error": {"message": message,
+                              "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
+                              "param": None, "code": status}}
+        else:
+            body = {"error": message, "code": status, "backend": self.server.name}
+        self._send_json(status, body)
+
+    def _header_number(self, name: str, default: float) -> float:
+        value = self.headers.get(name)
+        if value is None:
+            return default
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return default
+
+    def _injected_fault(self, *, inference: bool) -> bool:
+        """Apply latency and status overrides; True when an error was answered."""
+        latency = self._header_number("X-Demo-Latency-Ms",
+                                      self.server.latency_ms if inference else 0)
+        if latency:
+            time.sleep(latency / 1000.0)
+        status = self.headers.get("X-Demo-Status")
+        if status is not None:
+            try:
+                code = int(status)
+            except ValueError:
+                code = 0
+            if 100 <= code <= 599 and code != 200:
+                self._send_error(code, f"injected status {code}")
+                return True
+        if inference and self.server.should_fail():
+            self._send_error(500, "injected failure")
+            return True
+        return False
+
+    # ---- dispatch -------------------------------------------------------------
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            if not self._injected_fault(inference=False):
+                self._send_json(200, {"status": "ok", "name": self.server.name,
+                                      "protocol": self.server.protocol})
+            return
+        if self.server.protocol == "openai" and path == "/v1/models":
+            if not self._injected_fault(inference=False):
+                self._send_json(200, {"object": "list", "data": [
+                    {"id": self.server.name, "object": "model", "created": 0,
+                     "owned_by": "sluice-demo"}]})
+            return
+        match = MODEL_PATH.match(path)
+        if self.server.protocol == "predict" and match:
+            if not self._injected_fault(inference=False):
+                self._send_json(200, {"name": match.group(1), "ready": True})
+            return
+        self._send_error(404, f"no route for GET {path}")
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        try:
+            if self.server.protocol == "openai" and path == "/v1/chat/completions":
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    self._chat_completions(body)
+                return
+            match = PREDICT_PATH.match(path)
+            if self.server.protocol == "predict" and match:
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    self._predict(match.group(1), body)
+                return
+            self._read_body()  # drain, so the connection stays usable
+        except BadRequest as exc:
+            self._send_error(400, str(exc))
+            return
+        self._send_error(404, f"no route for POST {path}")
+
+    # ---- openai -----------------------------------------------------------------
+
+    def _chat_completions(self, body) -> None:
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or \
+                not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("'messages' must be a non-empty list of objects")
+        model = body.get("model", self.server.name)
+        if not isinstance(model, str):
+            raise BadRequest("'model' must be a string")
+        user = [m for m in messages if m.get("role") == "user"]
+        answer = "echo: " + (_text(user[-1].get("content")) if user else "")
+        prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
+        completion_tokens = len(answer.split())
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        ident = "chatcmpl-" + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        if body.get("stream") is True:
+            options = body.get("stream_options") or {}
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            self._stream_chat(ident, created, model, answer, usage, include_usage)
+            return
+        self._send_json(200, {
+            "id": ident, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": usage,
+        })
+
+    def _stream_chat(self, ident, created, model, answer, usage, include_usage) -> None:
+        delay = self._header_number("X-Demo-Chunk-Delay-Ms", self.server.chunk_delay_ms)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self._demo_headers()
+        self.end_headers()
+
+        def chunk(delta, finish_reason=None, choices=True, chunk_usage=None):
+            obj = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                   "model": model,
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                "finish_reason": finish_reason}] if choices else []}
+            if include_usage:
+                obj["usage"] = chunk_usage
+            return obj
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": word}) for word in WORD.findall(answer)]
+        events.append(chunk({}, finish_reason="stop"))
+        if include_usage:
+            events.append(chunk(None, choices=False, chunk_usage=usage))
+        for i, event in enumerate(events):
+            if i and delay:
+                time.sleep(delay / 1000.0)
+            self._write_chunk(b"data: " + json.dumps(event, ensure_ascii=False)
+                              .encode("utf-8") + b"\n\n")
+        self._write_chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    # ---- predict ----------------------------------------------------------------
+
+    def _predict(self, model: str, body) -> None:
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        if "instances" in body:
+            inputs = body["instances"]
+        elif "input" in body:
+            inputs = body["input"]
+        else:
+            raise BadRequest("body needs 'instances' (a list) or 'input'")
+        if not isinstance(inputs, list):
+            inputs = [inputs]
+        self._send_json(200, {"model": model, "backend": self.server.name,
+                              "predictions": [prediction(x) for x in inputs]})
+
+
+def _text(content) -> str:
+    """The text of a message's content: a string or a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content
+                       if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def prediction(item) -> dict:
+    """A deterministic fake prediction for one input.
+
+    ``length`` is the length of a string or list (else of its JSON text); ``label``
+    and ``score`` come from a CRC32 of the input's canonical JSON.
+    """
+    canonical = json.dumps(item, sort_keys=True, ensure_ascii=False)
+    digest = zlib.crc32(canonical.encode("utf-8"))
+    length = len(item) if isinstance(item, (str, list, dict)) else len(canonical)
+    return {"length": length, "label": LABELS[digest % len(LABELS)],
+            "score": round((digest % 1000) / 1000, 3)}
+
+
+def serve(protocol: str, host: str, port: int, name: str, latency_ms: float = 0,
+          failure_rate: float = 0.0, *, chunk_delay_ms: float = 0,
+          seed: int | None = None, access_log: bool = False) -> DemoServer:
+    """Start a demo backend on a daemon thread and return it (call ``.shutdown()``).
+
+    ``port`` 0 picks a free port; read it back from ``.port``.
+    """
+    server = DemoServer((host, port), protocol, name, latency_ms=latency_ms,
+                        failure_rate=failure_rate, chunk_delay_ms=chunk_delay_ms,
+                        seed=seed, access_log=access_log)
+    return server.start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m control_plane.demo.backends",
+                                     description="Run one demo model backend.")
+    parser.add_argument("--protocol", choices=PROTOCOLS, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--name", help="reported in X-Demo-Backend (default: "
+                                       "<protocol>-<port>)")
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="sleep before each inference answer")
+    parser.add_argument("--chunk-delay-ms", type=float, default=0,
+                        help="sleep between SSE chunks")
+    parser.add_argument("--failure-rate", type=float, default=0.0,
+                        help="fraction of inference requests answered 500")
+    parser.add_argument("--seed", type=int, help="seed for --failure-rate")
+    parser.add_argument("--access-log", action="store_true",
+                        help="log each request to stderr")
+    args = parser.parse_args(argv)
+    name = args.name or f"{args.protocol}-{args.port}"
+    server = DemoServer((args.host, args.port), args.protocol, name,
+                        latency_ms=args.latency_ms, failure_rate=args.failure_rate,
+                        chunk_delay_ms=args.chunk_delay_ms, seed=args.seed,
+                        access_log=args.access_log)
+    print(f"demo backend {name} ({args.protocol}) on {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

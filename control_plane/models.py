@@ -1,0 +1,119 @@
+"""Database schema (SQLAlchemy 2.0 declarative). Changed only through Alembic."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey,
+                        Integer, MetaData, String, Text, func)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+PROTOCOLS = ("openai", "predict")
+MAX_WEIGHT = 1000
+
+# Deterministic constraint names: the API maps a violated constraint back to a field.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Timestamps:
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now())
+
+
+class Model(Timestamps, Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    timeout_ms: Mapped[int] = mapped_column(Integer, default=60000, server_default="60000")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+
+    backends: Mapped[list[Backend]] = relationship(
+        back_populates="model", passive_deletes="all", order_by="Backend.id")
+
+    __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),)
+
+
+class Backend(Timestamps, Base):
+    __tablename__ = "backends"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # RESTRICT: deleting a model that still serves traffic must be a deliberate act.
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="RESTRICT"), index=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    protocol: Mapped[str] = mapped_column(String(32))
+    weight: Mapped[int] = mapped_column(Integer, default=100, server_default="100")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+
+    model: Mapped[Model] = relationship(back_populates="backends")
+
+    __table_args__ = (
+        CheckConstraint(f"weight >= 0 AND weight <= {MAX_WEIGHT}", name="weight_range"),
+        CheckConstraint("protocol IN ('openai', 'predict')", name="protocol_known"),
+    )
+
+
+class Consumer(Timestamps, Base):
+    __tablename__ = "consumers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # NULL: every model; a list: only those model names.
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSONB, nullable=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+
+    keys: Mapped[list[ApiKey]] = relationship(
+        back_populates="consumer", passive_deletes=True, order_by="ApiKey.id")
+
+
+class ApiKey(Timestamps, Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="", server_default="")
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex
+    prefix: Mapped[str] = mapped_column(String(16))  # shown to operators, not secret
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    consumer: Mapped[Consumer] = relationship(back_populates="keys")
+
+
+class Gateway(Timestamps, Base):
+    __tablename__ = "gateways"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    internal_url: Mapped[str] = mapped_column(String(2048), unique=True)
+    acked_version: Mapped[int | None] = mapped_column(BigInteger)
+    last_push_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class ConfigState(Base):
+    """One row (id=1): the config version every write to a snapshot resource bumps."""
+    __tablename__ = "config_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

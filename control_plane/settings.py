@@ -1,0 +1,136 @@
+"""Settings from the environment, parsed once into a frozen dataclass.
+
+An optional `SLUICE_CONFIG` file of `KEY=VALUE` lines overlays the environment, so a
+long-running process (the controller) can re-read it on SIGHUP without a restart.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class SettingsError(ValueError):
+    """A variable is missing or malformed; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    admin_token: str | None = None
+    gateway_token: str | None = None
+    gateways: tuple[str, ...] = ()
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    gateway_port: int = 8000
+    internal_port: int = 8001
+    controller_interval: float = 0.5
+    push_timeout: float = 5.0
+    config_file: str | None = None
+
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise SettingsError("DATABASE_URL is required")
+        return self.database_url
+
+
+def _str(value: str) -> str | None:
+    value = value.strip()
+    return value or None
+
+
+def _port(value: str) -> int:
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise ValueError("must be a port number between 1 and 65535")
+    return port
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number != number or number == float("inf"):
+        raise ValueError("must be a positive number of seconds")
+    return number
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    parts.port  # raises ValueError on a bad port
+    return value.rstrip("/")
+
+
+def _url_list(value: str) -> tuple[str, ...]:
+    return tuple(_http_url(item.strip()) for item in value.split(",") if item.strip())
+
+
+def _database_url(value: str) -> str | None:
+    value = value.strip()
+    if value and "://" not in value:
+        raise ValueError("must be a URL such as postgresql://user@host/db")
+    return value or None
+
+
+# variable name → (Settings field, parser)
+_VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "DATABASE_URL": ("database_url", _database_url),
+    "SLUICE_ADMIN_TOKEN": ("admin_token", _str),
+    "SLUICE_GATEWAY_TOKEN": ("gateway_token", _str),
+    "SLUICE_GATEWAYS": ("gateways", _url_list),
+    "SLUICE_API_HOST": ("api_host", lambda v: v.strip() or "127.0.0.1"),
+    "SLUICE_API_PORT": ("api_port", _port),
+    "SLUICE_GATEWAY_PORT": ("gateway_port", _port),
+    "SLUICE_INTERNAL_PORT": ("internal_port", _port),
+    "SLUICE_CONTROLLER_INTERVAL": ("controller_interval", _positive_float),
+    "SLUICE_PUSH_TIMEOUT": ("push_timeout", _positive_float),
+}
+
+
+def read_config_file(path: str) -> dict[str, str]:
+    """Parse `KEY=VALUE` lines; blank lines and `#` comments are skipped."""
+    values: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise SettingsError(f"SLUICE_CONFIG: cannot read {path}: {exc.strerror}") from exc
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SettingsError(f"SLUICE_CONFIG: {path}:{lineno}: expected KEY=VALUE")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
+    """Build Settings from `environ`, overlaid by the file named in SLUICE_CONFIG."""
+    merged = dict(environ)
+    config_file = _str(merged.get("SLUICE_CONFIG", ""))
+    if config_file:
+        merged.update(read_config_file(config_file))
+    kwargs: dict[str, Any] = {"config_file": config_file}
+    for name, (field, parse) in _VARIABLES.items():
+        raw = merged.get(name)
+        if raw is None:
+            continue
+        try:
+            kwargs[field] = parse(raw)
+        except ValueError as exc:
+            # int()/float() messages are Python jargon; say what we expected instead
+            reason = str(exc)
+            if reason.startswith(("invalid literal", "could not convert")):
+                reason = "expected a number"
+            raise SettingsError(f"{name}={raw!r}: {reason}") from None
+    return Settings(**kwargs)

@@ -1,0 +1,240 @@
+"""`sluice up`: the whole of Sluice on one machine, for a newcomer's first minutes.
+
+Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
+given), migrations to head, demo backends, the admin API (gunicorn), demo data through
+the admin API, the gateway (nginx) and the controller. Prints how to call it, writes
+the same facts to var/sluice-up.json (mode 0600), and on SIGINT/SIGTERM stops every
+child it started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from control_plane import migrate
+from control_plane.runtime import postgres, procs
+from control_plane.runtime.admin import AdminClient, AdminError
+from control_plane.runtime.gateway import Gateway, GatewayConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Demo fleet: two OpenAI-style chat backends (weights 3:1) and one predict server.
+DEMO_MODELS = [
+    {"name": "chat-demo", "timeout_ms": 30000},
+    {"name": "sentiment-demo", "timeout_ms": 5000},
+]
+DEMO_BACKENDS = [
+    {"name": "chat-demo-a", "model": "chat-demo", "protocol": "openai", "weight": 300},
+    {"name": "chat-demo-b", "model": "chat-demo", "protocol": "openai", "weight": 100},
+    {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
+     "weight": 100},
+]
+
+
+def var_dir() -> Path:
+    return Path(os.environ.get("SLUICE_VAR_DIR", REPO / "var")).resolve()
+
+
+def _port(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    try:
+        port = int(raw)
+    except ValueError:
+        raise SystemExit(f"sluice up: {name}={raw!r} is not a port number")
+    try:
+        procs.wait_port(port, timeout=0.2)
+    except TimeoutError:
+        return port
+    raise SystemExit(f"sluice up: port {port} is in use; set {name} to another port")
+
+
+def _secrets(var: Path) -> dict:
+    """Tokens kept across runs (var/secrets.json, 0600) unless the environment sets them."""
+    path = var / "secrets.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved.setdefault("admin_token", secrets.token_urlsafe(24))
+    saved.setdefault("gateway_token", secrets.token_urlsafe(24))
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(saved))
+    return {
+        "admin_token": os.environ.get("SLUICE_ADMIN_TOKEN", saved["admin_token"]),
+        "gateway_token": os.environ.get("SLUICE_GATEWAY_TOKEN", saved["gateway_token"]),
+        "demo_api_key": saved.get("demo_api_key"),
+        "path": path,
+    }
+
+
+@dataclass
+class Stack:
+    var: Path
+    workers: int = 2
+    children: list = field(default_factory=list)
+    cluster: postgres.Cluster | None = None
+    gateway: Gateway | None = None
+
+    def start(self) -> dict:
+        self.var.mkdir(parents=True, exist_ok=True)
+        self.var.chmod(0o755)  # the postgres user must reach var/pg when we are root
+        logs = self.var / "logs"
+        logs.mkdir(exist_ok=True)
+        creds = _secrets(self.var)
+        gw_port = _port("SLUICE_GATEWAY_PORT", 8000)
+        internal_port = _port("SLUICE_INTERNAL_PORT", 8001)
+        api_port = _port("SLUICE_API_PORT", 8080)
+
+        db_url = os.environ.get("DATABASE_URL") or self._private_database()
+        print("sluice up: migrating the database to head", flush=True)
+        migrate.upgrade(db_url)
+
+        env = dict(os.environ, DATABASE_URL=db_url,
+                   SLUICE_ADMIN_TOKEN=creds["admin_token"],
+                   SLUICE_GATEWAY_TOKEN=creds["gateway_token"],
+                   SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
+                   SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port))
+        backend_urls = self._demo_backends(env, logs)
+
+        api = self._spawn("api", [sys.executable, "-m", "control_plane.cli", "api"], env, logs)
+        admin_url = f"http://127.0.0.1:{api_port}/api/v1"
+        procs.wait_http(admin_url + "/config", proc=api, timeout=30)
+        admin = AdminClient(admin_url, creds["admin_token"])
+        demo_key = self._seed(admin, backend_urls, creds)
+
+        self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
+                                             internal_port=internal_port,
+                                             token=creds["gateway_token"],
+                                             workers=self.workers))
+        self.gateway.start()
+        self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
+                    env, logs)
+        self._wait_served(admin.config_version())
+
+        info = {
+            "gateway_url": self.gateway.url,
+            "admin_url": admin_url,
+            "ui_url": f"http://127.0.0.1:{api_port}/admin",
+            "admin_token": creds["admin_token"],
+            "demo_api_key": demo_key,
+            "demo_models": [m["name"] for m in DEMO_MODELS],
+            "database_url": db_url,
+            "logs": str(logs),
+        }
+        out = self.var / "sluice-up.json"
+        out.touch(mode=0o600)
+        out.chmod(0o600)
+        out.write_text(json.dumps(info, indent=2))
+        return info
+
+    def _private_database(self) -> str:
+        self.cluster = postgres.Cluster(self.var / "pg")
+        print(f"sluice up: PostgreSQL under {self.cluster.datadir}", flush=True)
+        self.cluster.init()
+        self.cluster.start()
+        if not postgres.database_exists(self.cluster.url(), "sluice"):
+            return self.cluster.create_database("sluice")
+        return self.cluster.url("sluice")
+
+    def _spawn(self, name: str, args: list[str], env: dict, logs: Path):
+        proc = procs.spawn(args, log=logs / f"{name}.log", env=env, cwd=REPO)
+        self.children.append((name, proc))
+        return proc
+
+    def _demo_backends(self, env: dict, logs: Path) -> dict[str, str]:
+        urls = {}
+        for backend in DEMO_BACKENDS:
+            port = procs.free_port()
+            proc = self._spawn(backend["name"], [
+                sys.executable, "-m", "control_plane.demo.backends",
+                "--protocol", backend["protocol"], "--port", str(port),
+                "--name", backend["name"], "--latency-ms", "20"], env, logs)
+            procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+            urls[backend["name"]] = f"http://127.0.0.1:{port}"
+        return urls
+
+    def _seed(self, admin: AdminClient, backend_urls: dict, creds: dict) -> str:
+        """Demo data, idempotent: a second run updates ports and reuses the demo key."""
+        models = {m["name"]: admin.upsert("models", m["name"], timeout_ms=m["timeout_ms"])
+                  for m in DEMO_MODELS}
+        for b in DEMO_BACKENDS:
+            admin.upsert("backends", b["name"], model_id=models[b["model"]]["id"],
+                         url=backend_urls[b["name"]], protocol=b["protocol"],
+                         weight=b["weight"], enabled=True)
+        consumer = admin.upsert("consumers", "demo", enabled=True)
+        key = creds.get("demo_api_key")
+        known = {k.get("prefix") for k in admin.list("keys")
+                 if k.get("consumer_id") == consumer["id"] and k.get("enabled", True)}
+        if not key or key[:10] not in known:
+            key = admin.create("keys", consumer_id=consumer["id"], name="demo")["key"]
+            saved = json.loads(creds["path"].read_text())
+            saved["demo_api_key"] = key
+            creds["path"].write_text(json.dumps(saved))
+        return key
+
+    def _wait_served(self, version: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.gateway.served_version() < version:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not get config version {version} in "
+                                   f"{timeout}s: see {self.var / 'logs' / 'controller.log'}")
+            self.check_children()
+            time.sleep(0.1)
+
+    def check_children(self) -> None:
+        for name, proc in self.children:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}: see "
+                                   f"{self.var / 'logs' / (name + '.log')}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.children):
+            procs.stop(proc)
+        self.children.clear()
+        if self.gateway is not None:
+            self.gateway.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def _banner(info: dict) -> str:
+    model = info["demo_models"][0]
+    return f"""
+Sluice is up.
+  gateway    {info['gateway_url']}
+  admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
+  demo key   {info['demo_api_key']}
+  models     {', '.join(info['demo_models'])}
+  logs       {info['logs']}
+  (all of this is in var/sluice-up.json)
+
+Try:
+  curl -s {info['gateway_url']}/v1/chat/completions \\
+    -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
+
+Ctrl-C stops everything.
+"""
+
+
+def main(workers: int = 2) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stack = Stack(var_dir(), workers=workers)
+    try:
+        info = stack.start()
+        print(_banner(info), flush=True)
+        while not stop.wait(0.5):
+            stack.check_children()
+        print("sluice up: stopping", flush=True)
+        return 0
+    except (RuntimeError, AdminError, TimeoutError) as exc:
+        print(f"sluice up: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        stack.stop()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install what Sluice needs on Debian 12, idempotently: quick when all is there.
+#   - Debian packages: nginx with the OpenResty Lua stack, PostgreSQL, wrk, venv.
+#   - .venv with the Python dependencies of pyproject.toml (re-installed when it changes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  nginx libnginx-mod-http-ndk libnginx-mod-http-lua
+  lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
+  postgresql wrk python3 python3-venv python3-pip
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  # The system nginx and PostgreSQL services are not used: Sluice runs its own
+  # processes with their own prefixes. policy-rc.d keeps the packages from starting them.
+  $SUDO sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.sluice-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing Python dependencies into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  touch "$stamp"
+fi

@@ -1,0 +1,70 @@
+"""Fixtures shared by every test folder: a real PostgreSQL server and databases.
+
+With TEST_DATABASE_URL set, databases are made on that server (its user needs
+CREATEDB); otherwise a throwaway private cluster is started for the session, from
+Debian's PostgreSQL binaries. Each test gets its own database, copied from a
+template migrated once to head, so no test sees another's rows.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from control_plane import migrate
+from control_plane.runtime import postgres
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """URL of a database on a running PostgreSQL server we may create databases on."""
+    given = os.environ.get("TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
+    # Not under pytest's tmp folder: it is private to root, and when we are root the
+    # cluster runs as the postgres user, who must be able to reach its data folder.
+    top = Path(tempfile.mkdtemp(prefix="sluice-test-pg-"))
+    top.chmod(0o755)
+    cluster = postgres.Cluster(top / "data")
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster.url()
+    finally:
+        cluster.stop()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server_url):
+    """Name of a database migrated to head, the template for every test database."""
+    name = f"sluice_tpl_{uuid.uuid4().hex[:8]}"
+    url = postgres.create_database(pg_server_url, name)
+    migrate.upgrade(url)
+    yield name
+    postgres.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+def db_url(pg_server_url, template_db):
+    """URL of a fresh database at the Alembic head, dropped after the test."""
+    name = f"sluice_t_{uuid.uuid4().hex[:10]}"
+    url = postgres.create_database(pg_server_url, name, template=template_db)
+    yield url
+    postgres.drop_database(pg_server_url, name)
+
+
+@pytest.fixture
+def empty_db_url(pg_server_url):
+    """URL of a fresh database with no tables at all (for migration tests)."""
+    name = f"sluice_e_{uuid.uuid4().hex[:10]}"
+    url = postgres.create_database(pg_server_url, name)
+    yield url
+    postgres.drop_database(pg_server_url, name)

@@ -1,0 +1,152 @@
+"""The whole of Sluice, as real processes: Postgres, admin API under gunicorn,
+controller, nginx gateway and demo backends, on free loopback ports."""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from control_plane.runtime import procs
+from control_plane.runtime.admin import AdminClient
+from control_plane.runtime.gateway import Gateway, GatewayConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Stack:
+    """Handles on the running parts, plus helpers a test needs to drive them."""
+
+    tmp: Path
+    db_url: str
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    gateway_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    api_port: int = field(default_factory=procs.free_port)
+    gateways: list = field(default_factory=list)
+    children: dict = field(default_factory=dict)
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}/api/v1"
+
+    @property
+    def admin(self) -> AdminClient:
+        return AdminClient(self.admin_url, self.admin_token)
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.gateways[0]
+
+    @property
+    def config_file(self) -> Path:
+        return self.tmp / "sluice.env"
+
+    def env(self) -> dict:
+        return dict(os.environ, DATABASE_URL=self.db_url, SLUICE_CONFIG=str(self.config_file),
+                    SLUICE_ADMIN_TOKEN=self.admin_token,
+                    SLUICE_GATEWAY_TOKEN=self.gateway_token,
+                    SLUICE_API_PORT=str(self.api_port), SLUICE_CONTROLLER_INTERVAL="0.2")
+
+    def write_config(self, gateways: list[Gateway]) -> None:
+        """The controller's SLUICE_CONFIG file: which gateways to push to."""
+        urls = ",".join(g.internal_url for g in gateways)
+        self.config_file.write_text(f"SLUICE_GATEWAYS={urls}\n")
+
+    def spawn(self, name: str, args: list[str]):
+        proc = procs.spawn(args, log=self.tmp / f"{name}.log", env=self.env(), cwd=REPO)
+        self.children[name] = proc
+        return proc
+
+    def start_api(self):
+        proc = self.spawn("api", [sys.executable, "-m", "control_plane.cli", "api",
+                                  "--workers", "1"])
+        procs.wait_http(self.admin_url + "/config", proc=proc, timeout=30)
+        return proc
+
+    def start_controller(self):
+        return self.spawn("controller", [sys.executable, "-m", "control_plane.cli",
+                                         "controller"])
+
+    def stop(self, name: str) -> None:
+        procs.stop(self.children.pop(name, None))
+
+    def new_gateway(self, name: str) -> Gateway:
+        gw = Gateway(GatewayConfig(prefix=self.tmp / name, port=procs.free_port(),
+                                   internal_port=procs.free_port(),
+                                   token=self.gateway_token, workers=2))
+        gw.start()
+        self.gateways.append(gw)
+        return gw
+
+    def start_backend(self, name: str, protocol: str = "openai", **opts) -> str:
+        port = procs.free_port()
+        args = [sys.executable, "-m", "control_plane.demo.backends", "--protocol", protocol,
+                "--port", str(port), "--name", name]
+        for k, v in opts.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        proc = self.spawn(f"backend-{name}", args)
+        procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+        return f"http://127.0.0.1:{port}"
+
+    def wait_served(self, gateway: Gateway | None = None, version: int | None = None,
+                    timeout: float = 15.0) -> int:
+        """Wait until `gateway` serves `version` (default: the control plane's current)."""
+        gateway = gateway or self.gateway
+        version = version if version is not None else self.admin.config_version()
+        deadline = time.monotonic() + timeout
+        while (served := gateway.served_version()) < version:
+            if time.monotonic() > deadline:
+                log = (self.tmp / "controller.log")
+                raise AssertionError(f"gateway serves {served}, wanted {version}\n"
+                                     + (log.read_text()[-3000:] if log.exists() else ""))
+            time.sleep(0.05)
+        return served
+
+    def chat(self, key: str, model: str, text: str = "hello", gateway: Gateway | None = None,
+             **kw) -> requests.Response:
+        gateway = gateway or self.gateway
+        body = {"model": model, "messages": [{"role": "user", "content": text}]}
+        return requests.post(gateway.url + "/v1/chat/completions", json=body,
+                             headers={"Authorization": f"Bearer {key}", **kw.pop("headers", {})},
+                             timeout=10, **kw)
+
+    def teardown(self) -> None:
+        for name in list(self.children):
+            self.stop(name)
+        for gw in self.gateways:
+            gw.stop()
+
+
+@pytest.fixture
+def stack(tmp_path, db_url):
+    """API, controller and one gateway running against a fresh database."""
+    s = Stack(tmp_path, db_url)
+    try:
+        gw = s.new_gateway("gw1")
+        s.write_config([gw])
+        s.start_api()
+        s.start_controller()
+        yield s
+    finally:
+        s.teardown()
+
+
+@pytest.fixture
+def demo(stack):
+    """One chat model on one demo backend, one consumer with one key."""
+    url = stack.start_backend("chat-a")
+    admin = stack.admin
+    model = admin.create("models", name="chat-demo", timeout_ms=5000)
+    backend = admin.create("backends", name="chat-a", model_id=model["id"], url=url,
+                           protocol="openai", weight=100)
+    consumer = admin.create("consumers", name="team-a")
+    key = admin.create("keys", consumer_id=consumer["id"], name="ci")
+    stack.wait_served()
+    return {"model": model, "backend": backend, "consumer": consumer, "key": key,
+            "backend_url": url}
