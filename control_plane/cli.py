@@ -42,6 +42,39 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gateway(args: argparse.Namespace) -> int:
+    """nginx in the foreground from the generated config, until SIGINT/SIGTERM."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from control_plane.runtime.gateway import Gateway, GatewayConfig
+
+    token = os.environ.get("SLUICE_GATEWAY_TOKEN")
+    if not token:
+        print("sluice gateway: SLUICE_GATEWAY_TOKEN is not set", file=sys.stderr)
+        return 2
+    gw = Gateway(GatewayConfig(
+        prefix=Path(args.prefix), token=token, workers=args.workers,
+        port=int(os.environ.get("SLUICE_GATEWAY_PORT", "8000")),
+        internal_port=int(os.environ.get("SLUICE_INTERNAL_PORT", "8001")),
+        listen_host=os.environ.get("SLUICE_GATEWAY_HOST", "0.0.0.0"),
+        internal_host=os.environ.get("SLUICE_INTERNAL_HOST", "127.0.0.1")))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: gw.reload())
+    gw.start()
+    try:
+        while not stop.wait(0.5):
+            if gw.proc is None or gw.proc.poll() is not None:
+                print("sluice gateway: nginx exited", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        gw.stop()
+
+
 def _up(args: argparse.Namespace) -> int:
     from control_plane import up
 
@@ -69,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int)
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=_api)
+
+    p = sub.add_parser("gateway", help="one gateway: nginx from the generated config")
+    p.add_argument("--prefix", default="var/gateway", help="nginx prefix folder")
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=_gateway)
 
     p = sub.add_parser("controller", help="push snapshots to every gateway")
     p.set_defaults(func=_controller)

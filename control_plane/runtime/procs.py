@@ -22,6 +22,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct free ports: the sockets stay bound until all are chosen."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def wait_http(url: str, timeout: float = 15.0, proc: subprocess.Popen | None = None,
               headers: dict | None = None) -> requests.Response:
     """Poll `url` until it answers with any HTTP status; raise if it never does."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +79,9 @@ class Stack:
         procs.stop(self.children.pop(name, None))
 
     def new_gateway(self, name: str) -> Gateway:
-        gw = Gateway(GatewayConfig(prefix=self.tmp / name, port=procs.free_port(),
-                                   internal_port=procs.free_port(),
+        port, internal_port = procs.free_ports(2)
+        gw = Gateway(GatewayConfig(prefix=self.tmp / name, port=port,
+                                   internal_port=internal_port,
                                    token=self.gateway_token, workers=2))
         gw.start()
         self.gateways.append(gw)
@@ -124,9 +127,13 @@ class Stack:
 
 
 @pytest.fixture
-def stack(tmp_path, db_url):
+def stack(db_url):
     """API, controller and one gateway running against a fresh database."""
-    s = Stack(tmp_path, db_url)
+    # Not pytest's tmp_path: nginx workers run as nobody when we are root and must
+    # reach their prefix.
+    top = Path(tempfile.mkdtemp(prefix="sluice-it-"))
+    top.chmod(0o755)
+    s = Stack(top, db_url)
     try:
         gw = s.new_gateway("gw1")
         s.write_config([gw])
@@ -135,6 +142,7 @@ def stack(tmp_path, db_url):
         yield s
     finally:
         s.teardown()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,0 +1,267 @@
+"""Run one Sluice gateway: nginx from the generated config in its own prefix.
+
+Used by `sluice up`, the test fixtures and the benchmarks, so that all of them start
+the data plane the same way::
+
+    gw = Gateway(GatewayConfig(prefix=Path("var/gw"), port=8080, internal_port=8081,
+                               token=secrets.token_urlsafe(32)))
+    gw.start()
+    gw.push(snapshot)      # POST /internal/snapshot
+    gw.stop()
+
+The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
+`logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
+workers) and `tmp/` (nginx's temp paths).
+"""
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from control_plane.runtime import procs
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
+NGINX = "/usr/sbin/nginx"
+
+# Workers drop to this user when the master runs as root (this machine, CI).
+WORKER_USER = "nobody"
+WORKER_GROUP = "nogroup"
+
+# The token is written into a Lua string literal: keep it to characters that need
+# no escaping there (token_urlsafe and hex tokens qualify).
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
+_SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
+_PLACEHOLDER_RE = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+
+
+@dataclass
+class GatewayConfig:
+    """Everything that differs between two gateways on one machine."""
+
+    prefix: Path
+    port: int
+    internal_port: int
+    token: str
+    workers: int = 2
+    listen_host: str = "127.0.0.1"
+    # Loopback unless a private network (a compose network) must reach it.
+    internal_host: str = "127.0.0.1"
+    client_max_body_size: str = "1m"
+    lua_root: Path = field(default_factory=lambda: REPO / "lua")
+    error_log_level: str = "warn"
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def render(cfg: GatewayConfig) -> str:
+    """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
+    if not _TOKEN_RE.match(cfg.token):
+        raise ValueError("token must be 16-256 characters of [A-Za-z0-9._~+/=-]")
+    if not _SIZE_RE.match(cfg.client_max_body_size):
+        raise ValueError(f"client_max_body_size {cfg.client_max_body_size!r} is not an "
+                         "nginx size such as 1m or 512k")
+    if cfg.workers < 1:
+        raise ValueError("workers must be >= 1")
+    if int(cfg.port) == int(cfg.internal_port):
+        # nginx would quietly merge both servers on one socket, public one first
+        raise ValueError("port and internal_port must differ")
+    values = {
+        "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
+                           else "# not root: workers run as the current user"),
+        "workers": str(cfg.workers),
+        "error_log_level": cfg.error_log_level,
+        "lua_root": str(Path(cfg.lua_root).resolve()),
+        "token": cfg.token,
+        "listen_host": cfg.listen_host,
+        "port": str(int(cfg.port)),
+        "internal_port": str(int(cfg.internal_port)),
+        "internal_host": cfg.internal_host,
+        "client_max_body_size": cfg.client_max_body_size,
+    }
+
+    def fill(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise KeyError(f"{TEMPLATE}: unknown placeholder {{{{{name}}}}}")
+        return values[name]
+
+    return _PLACEHOLDER_RE.sub(fill, TEMPLATE.read_text())
+
+
+def _check_reachable_by_workers(path: Path) -> None:
+    """Fail early, with a clear message, when the worker user cannot reach `path`.
+
+    pytest's tmp_path and many home folders are mode 0700: nginx would start, then
+    fail at the first snapshot push with EACCES on lkg/.
+    """
+    for parent in reversed(path.resolve().parents):
+        if not (parent.stat().st_mode & 0o001):
+            raise PermissionError(f"{parent} is not searchable by others: nginx workers run as "
+                                  f"{WORKER_USER} and could not reach {path}")
+
+
+class Gateway:
+    """One nginx process tree in its own prefix."""
+
+    def __init__(self, cfg: GatewayConfig):
+        self.cfg = cfg
+        self.prefix = Path(cfg.prefix).resolve()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.cfg.port}"
+
+    @property
+    def internal_url(self) -> str:
+        return f"http://127.0.0.1:{self.cfg.internal_port}"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.prefix / "conf" / "nginx.conf"
+
+    @property
+    def error_log(self) -> Path:
+        return self.prefix / "logs" / "error.log"
+
+    @property
+    def lkg_path(self) -> Path:
+        return self.prefix / "lkg" / "snapshot.json"
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.cfg.token}"}
+
+    def write_config(self) -> Path:
+        """Create the prefix layout and write conf/nginx.conf (0600)."""
+        for sub in ("conf", "logs", "lkg", "tmp"):
+            (self.prefix / sub).mkdir(parents=True, exist_ok=True)
+        lkg = self.prefix / "lkg"
+        if _is_root():
+            _check_reachable_by_workers(lkg)
+            os.chown(lkg, pwd.getpwnam(WORKER_USER).pw_uid, grp.getgrnam(WORKER_GROUP).gr_gid)
+            os.chmod(lkg, 0o700)
+        text = render(self.cfg)
+        tmp = self.conf_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self.conf_path)
+        return self.conf_path
+
+    def _nginx(self, *args: str) -> list[str]:
+        return [NGINX, "-p", f"{self.prefix}/", "-c", "conf/nginx.conf", *args]
+
+    def test_config(self) -> str:
+        """`nginx -t` on the written config; returns its output, raises on failure."""
+        res = subprocess.run(self._nginx("-t"), capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"nginx -t failed:\n{res.stderr}")
+        return res.stderr
+
+    def start(self, log_to: Path | None = None) -> None:
+        """Write the config, start nginx as a child, wait until the internal listener answers."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("gateway already running")
+        self.write_config()
+        self.proc = procs.spawn(self._nginx("-g", "daemon off;"), log=log_to)
+        try:
+            self._wait_serving()
+        except Exception as exc:
+            self.stop()
+            raise RuntimeError(f"gateway did not start: {exc}\n{self.tail_error_log()}") from exc
+
+    def _wait_serving(self, timeout: float = 15.0) -> None:
+        """Until our own internal listener answers: a port taken by someone else
+        makes nginx exit, but that someone could answer first."""
+        r = procs.wait_http(self.internal_url + "/internal/snapshot", timeout=timeout,
+                            proc=self.proc, headers=self._headers())
+        if r.status_code != 200 or "source" not in r.json():
+            raise RuntimeError(f"{self.internal_url} answered {r.status_code}: {r.text[:200]}")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"nginx exited with {self.proc.returncode}")
+
+    def _worker_pids(self) -> set[int]:
+        if self.proc is None:
+            return set()
+        try:
+            out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True,
+                                 text=True).stdout
+        except FileNotFoundError:  # no procps: fall back to /proc
+            out = ""
+            for d in Path("/proc").iterdir():
+                if d.name.isdigit():
+                    try:
+                        fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                    except OSError:
+                        continue
+                    if int(fields[1]) == self.proc.pid:
+                        out += d.name + "\n"
+        return {int(p) for p in out.split()}
+
+    def reload(self, timeout: float = 15.0) -> None:
+        """Re-render the config and HUP the master (`nginx -s reload`); return once the
+        old workers are gone and new ones serve."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError("gateway is not running")
+        self.write_config()
+        self.test_config()
+        old = self._worker_pids()
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            # New workers are the ones to wait for; old ones may linger while they
+            # finish in-flight requests (a long SSE stream), which is fine.
+            if len(self._worker_pids() - old) >= self.cfg.workers:
+                self._wait_serving()
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"nginx workers did not turn over within {timeout}s\n"
+                           f"{self.tail_error_log()}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful stop (QUIT), then TERM/KILL; nothing is left running."""
+        if self.proc is None:
+            return
+        procs.stop(self.proc, timeout=timeout, sig=signal.SIGQUIT)
+        self.proc = None
+
+    def push(self, snapshot: dict) -> requests.Response:
+        """POST a snapshot to the internal listener."""
+        return requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
+                             headers=self._headers(), timeout=10)
+
+    def snapshot_status(self) -> dict:
+        r = requests.get(self.internal_url + "/internal/snapshot", headers=self._headers(),
+                         timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def served_version(self) -> int:
+        """The snapshot version this gateway serves; 0 when it has none."""
+        return int(self.snapshot_status()["version"])
+
+    def tail_error_log(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.error_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no error log)"
+
+    def __enter__(self) -> "Gateway":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,81 @@
+-- API keys: `Authorization: Bearer <key>` or `X-API-Key: <key>`, looked up by the
+-- sha256 hex of the full key in snapshot.keys.
+local digest = require("openssl.digest")
+local lrucache = require("resty.lrucache")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_time = ngx.time
+local re_match = ngx.re.match
+local str_byte = string.byte
+local str_format = string.format
+local str_gsub = string.gsub
+
+local CACHE_SIZE = 2048   -- distinct keys per worker whose hash we remember
+local MAX_KEY_LEN = 512   -- longer "keys" are refused without hashing
+
+local _M = {}
+
+-- key -> sha256 hex. Worker-local; a key's hash never changes, so no versioning.
+local hashes = assert(lrucache.new(CACHE_SIZE))
+
+local function hex_byte(c)
+    return str_format("%02x", str_byte(c))
+end
+
+local function sha256_hex(s)
+    local h = hashes:get(s)
+    if h then
+        return h
+    end
+    h = str_gsub(digest.new("sha256"):final(s), ".", hex_byte)
+    hashes:set(s, h)
+    return h
+end
+_M.sha256_hex = sha256_hex
+
+-- The caller's key, or nil when none was given.
+function _M.credential()
+    local authz = ngx_var.http_authorization
+    if authz then
+        local m = re_match(authz, [[^\s*Bearer\s+(\S+)\s*$]], "joi")
+        if m then
+            return m[1]
+        end
+    end
+    local key = ngx_var.http_x_api_key
+    if key and key ~= "" then
+        return key
+    end
+    return nil
+end
+
+-- Returns the consumer, or nil, http status, error type, message.
+function _M.authenticate(snap)
+    local key = _M.credential()
+    if not key then
+        return nil, 401, "unauthorized",
+               "an API key is required (Authorization: Bearer <key> or X-API-Key)"
+    end
+    if #key > MAX_KEY_LEN then
+        return nil, 403, "forbidden", "invalid API key"
+    end
+    local rec = snap.keys[sha256_hex(key)]
+    if not rec then
+        return nil, 403, "forbidden", "invalid API key"
+    end
+    if rec.expires_at and rec.expires_at <= ngx_time() then
+        return nil, 403, "forbidden", "API key has expired"
+    end
+    local consumer = snap.consumers[rec.consumer_id]
+    if not consumer then
+        return nil, 403, "forbidden", "invalid API key"
+    end
+    return consumer
+end
+
+function _M.allowed(consumer, model_name)
+    return consumer.allowed == nil or consumer.allowed[model_name] == true
+end
+
+return _M

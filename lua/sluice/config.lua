@@ -1,0 +1,334 @@
+-- The snapshot: validated, kept as raw JSON in the sluice_config shared dict, written
+-- to a last-known-good file, and decoded once per worker per change.
+--
+--   push -> validate -> dict {raw, version, gen, loaded_at, source} -> lkg/snapshot.json
+--   request -> get() -> worker-local compiled table, rebuilt only when "gen" moves
+local cjson = require("cjson.safe")
+
+local ngx = ngx
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local NOTICE = ngx.NOTICE
+local ngx_now = ngx.now
+local ngx_time = ngx.time
+local ngx_sleep = ngx.sleep
+local re_find = ngx.re.find
+local type = type
+local pairs = pairs
+local ipairs = ipairs
+local tostring = tostring
+local floor = math.floor
+local io_open = io.open
+local os_rename = os.rename
+local os_remove = os.remove
+
+local json_null = cjson.null
+local dict = ngx.shared.sluice_config
+
+local LKG_FILE = "lkg/snapshot.json"
+local LOCK_TTL = 10        -- seconds a crashed holder can block pushes
+local LOCK_WAIT = 5        -- seconds a push waits for the lock
+local PROTOCOLS = { openai = true, predict = true }
+local SCHEMES = { http = true }   -- https needs its own upstream; not in the skeleton
+
+local _M = {}
+
+-- worker-local decoded snapshot and the dict generation it was built from
+local cached, cached_gen
+
+local function is_int(v, min, max)
+    return type(v) == "number" and floor(v) == v and v >= min and (not max or v <= max)
+end
+
+local function is_object(v)
+    return type(v) == "table"
+end
+
+local function is_ip(s)
+    return type(s) == "string"
+        and (re_find(s, [[^\d{1,3}(\.\d{1,3}){3}\z]], "jo") ~= nil
+             or re_find(s, [[^[0-9A-Fa-f:.]+\z]], "jo") ~= nil and s:find(":", 1, true) ~= nil)
+end
+
+local function validate_backend(b, where)
+    if not is_object(b) then return where .. ": must be an object" end
+    if b.id == nil then return where .. ".id: is required" end
+    if not PROTOCOLS[b.protocol] then
+        return where .. ".protocol: must be one of openai, predict"
+    end
+    if b.scheme ~= nil and not SCHEMES[b.scheme] then
+        return where .. ".scheme: only http is supported"
+    end
+    if not is_ip(b.host) then return where .. ".host: must be an IP address" end
+    if not is_int(b.port, 1, 65535) then return where .. ".port: must be an integer in 1..65535" end
+    if b.host_header ~= nil and (type(b.host_header) ~= "string" or b.host_header == "") then
+        return where .. ".host_header: must be a non-empty string"
+    end
+    if b.base_path ~= nil and b.base_path ~= ""
+       and (type(b.base_path) ~= "string" or b.base_path:sub(1, 1) ~= "/") then
+        return where .. ".base_path: must be empty or start with /"
+    end
+    if not is_int(b.weight, 0) then return where .. ".weight: must be an integer >= 0" end
+    return nil
+end
+
+-- Returns true, or nil and a message naming the first bad field.
+function _M.validate(s)
+    if not is_object(s) then return nil, "snapshot must be a JSON object" end
+    if not is_int(s.version, 1, 2 ^ 53) then return nil, "version: must be an integer >= 1" end
+    for _, section in ipairs({ "models", "consumers", "keys" }) do
+        if not is_object(s[section]) then return nil, section .. ": must be an object" end
+    end
+    for name, m in pairs(s.models) do
+        local where = "models." .. tostring(name)
+        -- cjson reads [] and {} alike; a non-empty list shows as number keys
+        if type(name) ~= "string" then return nil, "models: must be an object" end
+        if not is_object(m) then return nil, where .. ": must be an object" end
+        if m.name ~= nil and m.name ~= name then return nil, where .. ".name: must equal its key" end
+        if not is_int(m.timeout_ms, 1) then return nil, where .. ".timeout_ms: must be an integer >= 1" end
+        if not is_object(m.backends) then return nil, where .. ".backends: must be a list" end
+        for i, b in ipairs(m.backends) do
+            local err = validate_backend(b, where .. ".backends[" .. i .. "]")
+            if err then return nil, err end
+        end
+    end
+    for id, c in pairs(s.consumers) do
+        local where = "consumers." .. tostring(id)
+        if type(id) ~= "string" then return nil, "consumers: must be an object" end
+        if not is_object(c) then return nil, where .. ": must be an object" end
+        local am = c.allowed_models
+        if am ~= nil and am ~= json_null then
+            if not is_object(am) then return nil, where .. ".allowed_models: must be null or a list" end
+            for _, name in ipairs(am) do
+                if type(name) ~= "string" then
+                    return nil, where .. ".allowed_models: must hold model names"
+                end
+            end
+        end
+    end
+    for hash, k in pairs(s.keys) do
+        local where = "keys." .. tostring(hash)
+        if type(hash) ~= "string" or not re_find(hash, [[^[0-9a-f]{64}\z]], "jo") then
+            return nil, where .. ": key must be a lowercase sha256 hex digest"
+        end
+        if not is_object(k) then return nil, where .. ": must be an object" end
+        if k.consumer_id == nil or k.consumer_id == json_null then
+            return nil, where .. ".consumer_id: is required"
+        end
+        if k.expires_at ~= nil and k.expires_at ~= json_null and type(k.expires_at) ~= "number" then
+            return nil, where .. ".expires_at: must be null or unix seconds"
+        end
+    end
+    return true
+end
+
+-- Decoded snapshot -> the tables the hot path reads. Pools hold only backends with
+-- weight > 0; `current` is the smooth-weighted-round-robin state of this worker.
+local function compile(s)
+    local models = {}
+    for name, m in pairs(s.models) do
+        local pools = {}
+        for _, b in ipairs(m.backends) do
+            local pool = pools[b.protocol]
+            if not pool then
+                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0, drained = 0 }
+                pools[b.protocol] = pool
+            end
+            if b.weight > 0 then
+                local n = pool.n + 1
+                pool.n = n
+                pool.backends[n] = {
+                    id = b.id,
+                    name = b.name,
+                    host = b.host,
+                    port = b.port,
+                    host_header = b.host_header or (b.host .. ":" .. b.port),
+                    base_path = b.base_path or "",
+                }
+                pool.weights[n] = b.weight
+                pool.current[n] = 0
+                pool.total = pool.total + b.weight
+            else
+                pool.drained = pool.drained + 1
+            end
+        end
+        models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools }
+    end
+
+    local consumers = {}
+    for id, c in pairs(s.consumers) do
+        local allowed
+        local am = c.allowed_models
+        if am ~= nil and am ~= json_null then
+            allowed = {}
+            for _, mname in ipairs(am) do allowed[mname] = true end
+        end
+        consumers[tostring(id)] = { id = c.id, name = c.name, allowed = allowed }
+    end
+
+    local keys = {}
+    for hash, k in pairs(s.keys) do
+        local exp = k.expires_at
+        keys[hash] = {
+            id = k.id,
+            consumer_id = tostring(k.consumer_id),
+            expires_at = exp ~= json_null and exp or nil,
+        }
+    end
+
+    return { version = s.version, models = models, consumers = consumers, keys = keys }
+end
+
+-- The compiled snapshot this worker serves, or nil when there is none.
+function _M.get()
+    local gen = dict:get("gen")
+    if gen == nil then
+        return nil
+    end
+    if gen == cached_gen then
+        return cached
+    end
+    local raw = dict:get("raw")
+    local s, err = cjson.decode(raw or "")
+    if not s then
+        ngx_log(ERR, "failed to decode stored snapshot: ", err, "; keeping the previous one")
+        return cached
+    end
+    cached = compile(s)
+    cached_gen = gen
+    return cached
+end
+
+-- What GET /internal/snapshot answers.
+function _M.status()
+    local version = dict:get("version")
+    if not version then
+        return { version = 0, loaded_at = json_null, source = "none" }
+    end
+    return { version = version, loaded_at = dict:get("loaded_at"), source = dict:get("source") }
+end
+
+local function lkg_path()
+    return ngx.config.prefix() .. LKG_FILE
+end
+
+-- tmp file + rename: readers see the old file or the new one, never half of one.
+-- FIXME: no fsync, so a power cut right after a push may leave the older file.
+local function write_lkg(raw)
+    local path = lkg_path()
+    local tmp = path .. ".tmp." .. ngx.worker.pid()
+    local f, err = io_open(tmp, "wb")
+    if not f then
+        return nil, "failed to open " .. tmp .. ": " .. tostring(err)
+    end
+    local ok, werr = f:write(raw)
+    f:close()
+    if not ok then
+        os_remove(tmp)
+        return nil, "failed to write " .. tmp .. ": " .. tostring(werr)
+    end
+    local renamed, rerr = os_rename(tmp, path)
+    if not renamed then
+        os_remove(tmp)
+        return nil, "failed to rename " .. tmp .. ": " .. tostring(rerr)
+    end
+    return true
+end
+
+local function store(raw, version, source)
+    -- safe_set: never evict, fail instead; raw before version so a reader that
+    -- sees the new generation also finds the new raw.
+    local ok, err = dict:safe_set("raw", raw)
+    if not ok then
+        return nil, "failed to store snapshot in shared dict: " .. tostring(err)
+    end
+    dict:set("version", version)
+    dict:set("loaded_at", ngx_time())
+    dict:set("source", source)
+    dict:incr("gen", 1, 0)
+    return true
+end
+
+local function lock()
+    local deadline = ngx_now() + LOCK_WAIT
+    while true do
+        local ok, err = dict:add("lock", true, LOCK_TTL)
+        if ok then return true end
+        if err ~= "exists" then return nil, "failed to take push lock: " .. tostring(err) end
+        if ngx_now() > deadline then return nil, "timed out waiting for the push lock" end
+        ngx_sleep(0.005)
+    end
+end
+
+-- Take a pushed snapshot. Returns version, or nil, http status, message.
+function _M.push(raw)
+    local s, err = cjson.decode(raw)
+    if not s then
+        return nil, 400, "snapshot is not valid JSON: " .. tostring(err)
+    end
+    local ok, verr = _M.validate(s)
+    if not ok then
+        return nil, 400, "invalid snapshot: " .. verr
+    end
+
+    local locked, lerr = lock()
+    if not locked then
+        return nil, 500, lerr
+    end
+    local served = dict:get("version")
+    if served and s.version < served then
+        dict:delete("lock")
+        return nil, 409, "snapshot version " .. s.version .. " is older than the served version "
+                         .. served
+    end
+    local stored, serr = store(raw, s.version, "push")
+    if not stored then
+        dict:delete("lock")
+        return nil, 500, serr
+    end
+    -- Serving the new snapshot does not hinge on the disk; a failed LKG write is
+    -- reported loudly (500) and the controller's re-push of the same version retries it.
+    local written, werr = write_lkg(raw)
+    dict:delete("lock")
+    if not written then
+        ngx_log(ERR, "snapshot ", s.version, " is served but not saved: ", werr)
+        return nil, 500, "snapshot version " .. s.version
+                         .. " is served but the last-known-good file was not written: " .. werr
+    end
+    return s.version
+end
+
+-- At start and on reload (init phase): load the LKG file when the dict holds nothing.
+function _M.init()
+    if dict:get("version") then
+        return true
+    end
+    local path = lkg_path()
+    local f = io_open(path, "rb")
+    if not f then
+        ngx_log(NOTICE, "no last-known-good snapshot at ", path, "; waiting for a push")
+        return true
+    end
+    local raw = f:read("*a")
+    f:close()
+    local s, err = cjson.decode(raw or "")
+    if not s then
+        ngx_log(WARN, "ignoring last-known-good snapshot ", path, ": ", err)
+        return nil, err
+    end
+    local ok, verr = _M.validate(s)
+    if not ok then
+        ngx_log(WARN, "ignoring last-known-good snapshot ", path, ": ", verr)
+        return nil, verr
+    end
+    local stored, serr = store(raw, s.version, "lkg")
+    if not stored then
+        ngx_log(ERR, serr)
+        return nil, serr
+    end
+    ngx_log(NOTICE, "loaded last-known-good snapshot version ", s.version)
+    return true
+end
+
+return _M

@@ -1,0 +1,98 @@
+-- The internal listener (docs/contracts.md, "Gateway internal listener"):
+--   POST /internal/snapshot   take a snapshot push
+--   GET  /internal/snapshot   the version served, when and from where
+-- Every call needs `Authorization: Bearer <gateway token>`.
+local config = require("sluice.config")
+local errors = require("sluice.errors")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_req = ngx.req
+local re_match = ngx.re.match
+local io_open = io.open
+local type = type
+local str_byte = string.byte
+local bit_bor = require("bit").bor
+local bit_bxor = require("bit").bxor
+
+local _M = {}
+
+local token
+
+function _M.init(t)
+    if type(t) ~= "string" or #t < 16 then
+        error("internal token must be a string of at least 16 characters", 2)
+    end
+    token = t
+end
+
+-- Compare without an early exit, so timing does not tell how much matched.
+local function same(a, b)
+    if #a ~= #b then
+        return false
+    end
+    local diff = 0
+    for i = 1, #a do
+        diff = bit_bor(diff, bit_bxor(str_byte(a, i), str_byte(b, i)))
+    end
+    return diff == 0
+end
+
+local function check_token()
+    local authz = ngx_var.http_authorization
+    if not authz then
+        return errors.exit(401, "unauthorized", "the gateway token is required")
+    end
+    local m = re_match(authz, [[^\s*Bearer\s+(\S+)\s*$]], "joi")
+    if not m or not same(m[1], token) then
+        return errors.exit(403, "forbidden", "wrong gateway token")
+    end
+end
+
+local function body()
+    ngx_req.read_body()
+    local data = ngx_req.get_body_data()
+    if data then
+        return data
+    end
+    local path = ngx_req.get_body_file()
+    if not path then
+        return nil
+    end
+    local f = io_open(path, "rb")
+    if not f then
+        return nil
+    end
+    data = f:read("*a")
+    f:close()
+    return data
+end
+
+local function push_snapshot()
+    local raw = body()
+    if not raw or raw == "" then
+        return errors.exit(400, "invalid_request", "a snapshot body is required")
+    end
+    local version, status, msg = config.push(raw)
+    if not version then
+        return errors.exit(status, nil, msg)
+    end
+    return errors.json(200, { version = version })
+end
+
+function _M.handle()
+    check_token()
+    local uri, method = ngx_var.uri, ngx_req.get_method()
+    if uri == "/internal/snapshot" then
+        if method == "POST" then
+            return push_snapshot()
+        elseif method == "GET" then
+            return errors.json(200, config.status())
+        end
+        ngx.header["Allow"] = "GET, POST"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
+    end
+    return errors.exit(404, "not_found", "no internal endpoint at " .. uri)
+end
+
+return _M

@@ -1,0 +1,167 @@
+-- Entry points: each *_by_lua_block in nginx/nginx.conf.tmpl is one call here.
+-- Per-request state lives in ngx.ctx; the request id lives in $sluice_request_id
+-- because ngx.ctx does not survive error_page's internal redirect.
+local config = require("sluice.config")
+local errors = require("sluice.errors")
+local auth = require("sluice.auth")
+local router = require("sluice.router")
+local balancer = require("sluice.balancer")
+local internal = require("sluice.internal")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_header = ngx.header
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local re_find = ngx.re.find
+local tonumber = tonumber
+
+local REQUEST_ID = [[^[A-Za-z0-9._:-]{1,128}\z]]
+
+local _M = {}
+
+function _M.init(opts)
+    internal.init(opts.token)
+    -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
+    -- `nginx -s reload` the dict still holds the served snapshot and wins.
+    config.init()
+end
+
+function _M.init_worker()
+end
+
+-- Keep a valid incoming X-Request-Id, else nginx's $request_id (32 hex digits
+-- from 16 random bytes).
+local function request_id()
+    local id = ngx_var.sluice_request_id
+    if id and id ~= "" then
+        return id
+    end
+    id = ngx_var.http_x_request_id
+    if not id or not re_find(id, REQUEST_ID, "jo") then
+        id = ngx_var.request_id
+    end
+    ngx_var.sluice_request_id = id
+    return id
+end
+
+function _M.rewrite()
+    request_id()
+end
+
+function _M.access()
+    local ctx = ngx.ctx
+
+    local endpoint, path_model, err_type, msg = router.match()
+    if not endpoint then
+        local status = path_model   -- on failure: nil, status, type, message
+        if status == 405 then
+            ngx_header["Allow"] = "POST"
+        end
+        return errors.exit(status, err_type, msg)
+    end
+
+    local snap = config.get()
+    if not snap then
+        return errors.exit(503, "backend_unavailable", "the gateway has no configuration yet",
+                           { retry_after = 1 })
+    end
+
+    local consumer, status
+    consumer, status, err_type, msg = auth.authenticate(snap)
+    if not consumer then
+        return errors.exit(status, err_type, msg)
+    end
+
+    local model_name
+    model_name, status, err_type, msg = router.model_name(endpoint, path_model)
+    if not model_name then
+        return errors.exit(status, err_type, msg)
+    end
+
+    local pool, model
+    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
+    if not pool then
+        return errors.exit(model, err_type, msg)
+    end
+    if not auth.allowed(consumer, model_name) then
+        return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
+    end
+
+    local backend = balancer.choose(ctx, pool)
+    if not backend then
+        return errors.exit(503, "backend_unavailable",
+                           "no backend of model " .. model_name .. " is available")
+    end
+    ctx.model = model
+    ctx.consumer = consumer
+
+    -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
+    -- same base_path, so the URI still fits.
+    ngx_var.sluice_upstream_host = backend.host_header
+    ngx_var.sluice_upstream_uri = backend.base_path .. router.upstream_path(endpoint, model_name)
+end
+
+function _M.balancer()
+    local ctx = ngx.ctx
+    return balancer.balance(ctx, ctx.model)
+end
+
+function _M.header_filter()
+    local id = ngx_var.sluice_request_id
+    if id and id ~= "" then
+        ngx_header["X-Request-Id"] = id
+    end
+end
+
+function _M.log()
+end
+
+function _M.internal()
+    request_id()
+    return internal.handle()
+end
+
+-- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
+-- failing to connect or timing out)? $upstream_header_time is "-" without headers.
+local function backend_answered()
+    local times = ngx_var.upstream_header_time
+    if not times then
+        return false
+    end
+    local last = times:match("([^,%s:]+)%s*$")
+    return last ~= nil and tonumber(last) ~= nil
+end
+
+-- Named location behind `error_page`: nginx's own 413/500/502/503/504 and backend
+-- 5xx (proxy_intercept_errors) leave in the error template.
+function _M.error_page()
+    request_id()
+    local status = ngx.status
+    local err_type, msg
+    if backend_answered() then
+        if status < 500 then
+            -- only 413 is intercepted below 500: the backend refused the body
+            err_type, msg = errors.type_for(status), "the backend refused the request ("
+                                                     .. status .. ")"
+        elseif status == 503 then
+            err_type, msg = "backend_unavailable", "the backend is unavailable (503)"
+        elseif status == 504 then
+            err_type, msg = "backend_timeout", "the backend timed out (504)"
+        else
+            msg = "the backend failed (" .. status .. ")"
+            status, err_type = 502, "backend_error"
+        end
+    elseif status == 413 then
+        err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
+    elseif not errors.MESSAGES[status] then
+        ngx_log(ERR, "unexpected status ", status, " in error page")
+        status = 500
+    end
+    ngx.status = status
+    ngx_header["Content-Type"] = "application/json"
+    ngx_header["Content-Length"] = nil
+    ngx.print(errors.body(status, err_type, msg), "\n")
+end
+
+return _M

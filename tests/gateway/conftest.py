@@ -1,0 +1,199 @@
+"""Fixtures for the gateway tests: real nginx (through `Gateway`) and real demo
+backends (subprocesses), snapshots pushed straight to the internal listener."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import requests
+
+from control_plane.runtime import procs
+from control_plane.runtime.gateway import Gateway, GatewayConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+KEY = "sk-test-alice-0123456789abcdef"            # consumer 1: every model
+KEY_LIMITED = "sk-test-bob-0123456789abcdef"      # consumer 2: only chat-demo
+KEY_EXPIRED = "sk-test-carol-0123456789abcdef"    # consumer 1, expired
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Backend:
+    name: str
+    protocol: str
+    port: int
+    proc: object
+
+    def entry(self, id: int, weight: int = 100, **over) -> dict:
+        """This backend as a snapshot entry."""
+        b = {"id": id, "name": self.name, "protocol": self.protocol, "scheme": "http",
+             "host": "127.0.0.1", "port": self.port,
+             "host_header": f"localhost:{self.port}", "base_path": "", "weight": weight}
+        b.update(over)
+        return b
+
+
+def _start_backend(protocol: str, name: str, log_dir: Path) -> Backend:
+    port = procs.free_port()
+    proc = procs.spawn([sys.executable, "-m", "control_plane.demo.backends",
+                        "--protocol", protocol, "--port", str(port), "--name", name],
+                       log=log_dir / f"{name}.log", cwd=REPO)
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+    except Exception:
+        procs.stop(proc)
+        raise
+    return Backend(name, protocol, port, proc)
+
+
+@pytest.fixture(scope="session")
+def backends(tmp_path_factory):
+    """Three demo backends shared by all tests (they hold no state between requests)."""
+    log_dir = tmp_path_factory.mktemp("backends")
+    started = {}
+    try:
+        for protocol, name in (("openai", "openai-a"), ("openai", "openai-b"),
+                               ("predict", "predict-a")):
+            started[name] = _start_backend(protocol, name, log_dir)
+        yield started
+    finally:
+        for b in started.values():
+            procs.stop(b.proc)
+
+
+@pytest.fixture
+def dead_port():
+    """A port where nothing listens (connection refused)."""
+    return procs.free_port()
+
+
+def make_snapshot(version: int, models: dict, consumers: dict | None = None,
+                  keys: dict | None = None) -> dict:
+    """A snapshot in the contract's shape. `models` maps name -> (timeout_ms, backends)."""
+    if consumers is None:
+        consumers = {"1": {"id": 1, "name": "alice", "allowed_models": None},
+                     "2": {"id": 2, "name": "bob", "allowed_models": ["chat-demo"]}}
+    if keys is None:
+        keys = {key_hash(KEY): {"id": 1, "consumer_id": 1, "prefix": KEY[:10],
+                                "expires_at": None},
+                key_hash(KEY_LIMITED): {"id": 2, "consumer_id": 2, "prefix": KEY_LIMITED[:10],
+                                        "expires_at": None},
+                key_hash(KEY_EXPIRED): {"id": 3, "consumer_id": 1, "prefix": KEY_EXPIRED[:10],
+                                        "expires_at": 1_000_000_000}}
+    return {
+        "version": version,
+        "generated_at": "2026-11-29T16:50:00Z",
+        "models": {name: {"id": i + 1, "name": name, "timeout_ms": timeout_ms,
+                          "backends": bs}
+                   for i, (name, (timeout_ms, bs)) in enumerate(models.items())},
+        "consumers": consumers,
+        "keys": keys,
+    }
+
+
+@pytest.fixture
+def default_snapshot(backends):
+    """chat-demo on openai-a, predict-demo on predict-a."""
+    return make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
+        "predict-demo": (5000, [backends["predict-a"].entry(2)]),
+    })
+
+
+@pytest.fixture
+def prefix():
+    """A gateway prefix the nginx workers (nobody) can reach: pytest's tmp_path sits
+    under a 0700 folder, so make our own."""
+    path = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _two_ports() -> tuple[int, int]:
+    while True:      # free_port() may hand out the same port twice in a row
+        a, b = procs.free_port(), procs.free_port()
+        if a != b:
+            return a, b
+
+
+def _config(prefix: Path, **over) -> GatewayConfig:
+    port, internal_port = _two_ports()
+    return GatewayConfig(prefix=prefix, port=port, internal_port=internal_port,
+                         token=secrets.token_urlsafe(24), **over)
+
+
+@pytest.fixture
+def gateway_factory(prefix):
+    """Build and start gateways; everything started is stopped at teardown."""
+    started: list[Gateway] = []
+
+    def make(cfg: GatewayConfig | None = None, **over) -> Gateway:
+        gw = Gateway(cfg or _config(prefix, **over))
+        gw.start(log_to=prefix / "nginx.out")
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+    # A Lua runtime error is a bug even when the response looked right.
+    for gw in started:
+        log = gw.error_log.read_text(errors="replace") if gw.error_log.exists() else ""
+        bad = [line for line in log.splitlines()
+               if any(s in line for s in ("runtime error", "[alert]", "[emerg]", "[crit]"))]
+        assert not bad, "\n".join(bad)
+
+
+@pytest.fixture
+def gateway(gateway_factory):
+    """A running gateway with no snapshot yet."""
+    return gateway_factory()
+
+
+@pytest.fixture
+def served(gateway, default_snapshot):
+    """A running gateway serving `default_snapshot`."""
+    r = gateway.push(default_snapshot)
+    assert r.status_code == 200, r.text
+    return gateway
+
+
+def chat(gw: Gateway, model: str = "chat-demo", key: str | None = KEY, headers=None,
+         **body) -> requests.Response:
+    h = {"Authorization": f"Bearer {key}"} if key else {}
+    h.update(headers or {})
+    payload = {"model": model, "messages": [{"role": "user", "content": "hello there"}]}
+    payload.update(body)
+    return requests.post(gw.url + "/v1/chat/completions", json=payload, headers=h, timeout=10)
+
+
+def assert_error(r: requests.Response, status: int, err_type: str) -> dict:
+    """The error template, with the response's request id inside."""
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    err = r.json()["error"]
+    assert err["code"] == status
+    assert err["type"] == err_type
+    assert isinstance(err["message"], str) and err["message"]
+    assert err["request_id"] and err["request_id"] == r.headers["X-Request-Id"]
+    return err
+
+
+@pytest.fixture
+def helpers():
+    """The helpers above, for test modules (importing conftest is fragile)."""
+    return SimpleNamespace(KEY=KEY, KEY_LIMITED=KEY_LIMITED, KEY_EXPIRED=KEY_EXPIRED,
+                           key_hash=key_hash, make_snapshot=make_snapshot, chat=chat,
+                           assert_error=assert_error)

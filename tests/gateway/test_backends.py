@@ -1,0 +1,141 @@
+"""Backend failures as the caller sees them, retries, and the static-weight split."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+
+def _serve(gateway, helpers, models):
+    r = gateway.push(helpers.make_snapshot(1, models))
+    assert r.status_code == 200, r.text
+    return gateway
+
+
+def test_backend_down_is_502(gateway, helpers, backends, dead_port):
+    down = backends["openai-a"].entry(1, port=dead_port)
+    _serve(gateway, helpers, {"chat-demo": (2000, [down])})
+    helpers.assert_error(helpers.chat(gateway), 502, "backend_error")
+
+
+def test_all_backends_drained_is_503(gateway, helpers, backends):
+    drained = [backends["openai-a"].entry(1, weight=0), backends["openai-b"].entry(2, weight=0)]
+    _serve(gateway, helpers, {"chat-demo": (2000, drained)})
+    helpers.assert_error(helpers.chat(gateway), 503, "backend_unavailable")
+
+
+def test_slow_backend_is_504(gateway, helpers, backends):
+    _serve(gateway, helpers, {"chat-demo": (300, [backends["openai-a"].entry(1)])})
+    r = helpers.chat(gateway, headers={"X-Demo-Latency-Ms": "1500"})
+    helpers.assert_error(r, 504, "backend_timeout")
+    # within the model's timeout it still answers
+    assert helpers.chat(gateway, headers={"X-Demo-Latency-Ms": "50"}).status_code == 200
+
+
+@pytest.mark.parametrize("backend_status, status, err_type", [
+    (500, 502, "backend_error"),
+    (502, 502, "backend_error"),
+    (503, 503, "backend_unavailable"),
+    (504, 504, "backend_timeout"),
+    (413, 413, "payload_too_large"),
+])
+def test_backend_5xx_becomes_template(served, helpers, backend_status, status, err_type):
+    r = helpers.chat(served, headers={"X-Demo-Status": str(backend_status)})
+    err = helpers.assert_error(r, status, err_type)
+    assert "injected" not in r.text           # the backend's own body does not leak
+    assert str(backend_status) in err["message"]
+
+
+def test_backend_4xx_passes_through(served, helpers):
+    r = helpers.chat(served, headers={"X-Demo-Status": "429"})
+    assert r.status_code == 429
+    assert r.json()["error"]["type"] == "rate_limit_error"   # the backend's own body
+    assert r.headers["X-Request-Id"]
+
+
+def test_connect_failure_retries_another_backend(gateway, helpers, backends, dead_port):
+    pool = [backends["openai-a"].entry(1, port=dead_port, weight=100),
+            backends["openai-b"].entry(2, weight=100)]
+    _serve(gateway, helpers, {"chat-demo": (2000, pool)})
+    for _ in range(10):
+        r = helpers.chat(gateway)
+        assert r.status_code == 200, r.text
+        assert r.headers["X-Demo-Backend"] == "openai-b"
+
+
+def test_base_path_reaches_backend(gateway, helpers, backends):
+    # A base path the demo backend does not serve: its 404 proves the URI it saw.
+    b = backends["predict-a"].entry(1, base_path="/prefix")
+    _serve(gateway, helpers, {"p": (2000, [b])})
+    r = requests.post(gateway.url + "/v1/models/p/predict?x=1", json={"input": 1},
+                      headers={"X-API-Key": helpers.KEY}, timeout=10)
+    assert r.status_code == 404
+    assert "/prefix/v1/models/p/predict" in r.json()["error"]
+
+
+def test_weighted_split_follows_static_weights(gateway, helpers, backends):
+    pool = [backends["openai-a"].entry(1, weight=100),
+            backends["openai-b"].entry(2, weight=300),
+            backends["openai-a"].entry(3, port=1, weight=0)]     # drained: never chosen
+    _serve(gateway, helpers, {"chat-demo": (2000, pool)})
+    n = 300
+    seen = Counter(helpers.chat(gateway).headers["X-Demo-Backend"] for _ in range(n))
+    assert set(seen) == {"openai-a", "openai-b"}
+    share_b = seen["openai-b"] / n
+    # Smooth weighted round-robin is exact per worker (0.75); with 2 workers and
+    # arbitrary connection spread allow +-0.1.
+    assert 0.65 <= share_b <= 0.85, seen
+
+
+class _Capture(BaseHTTPRequestHandler):
+    """A throwaway backend that answers 200 and records what it was sent."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).seen.append((self.path, dict(self.headers), body))
+        out = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def capture():
+    _Capture.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_what_the_backend_receives(gateway, helpers, capture):
+    port = capture.server_address[1]
+    b = {"id": 1, "name": "cap", "protocol": "predict", "scheme": "http", "host": "127.0.0.1",
+         "port": port, "host_header": "model.internal:8000", "base_path": "/serve",
+         "weight": 1}
+    _serve(gateway, helpers, {"p": (2000, [b])})
+    body = b'{"input": "caf\xc3\xa9"}'
+    r = requests.post(gateway.url + "/v1/models/p/predict?trace=1&x=%20y", data=body,
+                      headers={"Authorization": f"Bearer {helpers.KEY}",
+                               "X-API-Key": helpers.KEY, "X-Request-Id": "abc-1",
+                               "Content-Type": "application/json"}, timeout=10)
+    assert r.status_code == 200, r.text
+    path, headers, got = _Capture.seen[-1]
+    assert path == "/serve/v1/models/p/predict?trace=1&x=%20y"
+    assert headers["Host"] == "model.internal:8000"
+    assert headers["X-Request-Id"] == "abc-1"
+    assert "Authorization" not in headers and "X-API-Key" not in headers
+    assert got == body                                    # body passed through unchanged
