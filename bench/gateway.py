@@ -1,0 +1,379 @@
+"""Throughput and latency of the Sluice gateway against plain nginx, on this machine.
+
+Starts, in one temporary prefix:
+
+  upstream  a plain nginx (1 worker) answering POST /v1/chat/completions with a fixed
+            small OpenAI-style JSON (`return 200`), on a keep-alive listener;
+  baseline  a plain nginx `proxy_pass` to the upstream (keepalive 64, HTTP/1.1);
+  sluice    the Sluice gateway (control_plane.runtime.gateway) routing model
+            "bench-chat" to the same upstream, after a snapshot push;
+
+then runs wrk (bench/chat.lua: a small chat body with an API key) against baseline
+and sluice in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
+median per target) and the ratio sluice/baseline. Any non-2xx answer, from either
+target, fails the run (exit 1).
+
+    .venv/bin/python bench/gateway.py [--duration 10] [--connections 32] [--workers 1]
+
+See bench/README.md for what the figures mean. Never used as a CI gate.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
+
+WRK_SCRIPT = REPO / "bench" / "chat.lua"
+MODEL = "bench-chat"
+UPSTREAM_ANSWER = {
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1764435000,
+    "model": MODEL,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello, bench!"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
+
+
+class BenchError(RuntimeError):
+    """The run cannot produce trustworthy figures."""
+
+
+# ---- plain nginx ------------------------------------------------------------------
+
+def nginx_conf(workers: int, http_body: str) -> str:
+    """A self-contained nginx.conf for a prefix: logs and temp files stay inside it."""
+    # As root, workers would drop to `nobody` and lose access to the private prefix.
+    user = "user root;" if os.geteuid() == 0 else ""
+    return f"""{user}
+worker_processes {workers};
+pid logs/nginx.pid;
+error_log logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    server_tokens off;
+    keepalive_requests 1000000;
+    client_body_temp_path tmp/client_body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+{http_body}
+}}
+"""
+
+
+def upstream_http(port: int) -> str:
+    body = json.dumps(UPSTREAM_ANSWER, separators=(",", ":"))
+    return f"""
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location = /v1/chat/completions {{
+            default_type application/json;
+            return 200 '{body}';
+        }}
+        location / {{ return 404 '{{"error":"not found"}}'; }}
+    }}"""
+
+
+def baseline_http(port: int, upstream_port: int) -> str:
+    return f"""
+    upstream bench_upstream {{
+        server 127.0.0.1:{upstream_port};
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://bench_upstream;
+        }}
+    }}"""
+
+
+def start_nginx(prefix: Path, workers: int, http_body: str, port: int):
+    for sub in ("logs", "tmp", "conf"):
+        (prefix / sub).mkdir(parents=True, exist_ok=True)
+    conf = prefix / "conf" / "nginx.conf"
+    conf.write_text(nginx_conf(workers, http_body))
+    proc = spawn(["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"],
+                 log=prefix / "logs" / "stdout.log")
+    try:
+        wait_port(port, timeout=10)
+    except TimeoutError:
+        stop(proc)
+        log = (prefix / "logs" / "error.log")
+        raise BenchError(f"nginx in {prefix} did not start:\n"
+                         + (log.read_text() if log.exists() else "")) from None
+    return proc
+
+
+# ---- the Sluice gateway -------------------------------------------------------------
+
+def bench_snapshot(upstream_port: int, key: str) -> dict:
+    """A snapshot (docs/contracts.md) with one model, one backend, one consumer, one key."""
+    return {
+        "version": 1,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "models": {MODEL: {
+            "id": 1, "name": MODEL, "timeout_ms": 60000,
+            "backends": [{"id": 1, "name": "bench-upstream", "protocol": "openai",
+                          "scheme": "http", "host": "127.0.0.1", "port": upstream_port,
+                          "host_header": f"127.0.0.1:{upstream_port}", "base_path": "",
+                          "weight": 100}],
+        }},
+        "consumers": {"1": {"id": 1, "name": "bench", "allowed_models": None}},
+        "keys": {hashlib.sha256(key.encode()).hexdigest():
+                 {"id": 1, "consumer_id": 1, "prefix": key[:11], "expires_at": None}},
+    }
+
+
+def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str):
+    try:
+        from control_plane.runtime.gateway import Gateway, GatewayConfig
+    except ImportError as exc:
+        raise BenchError(f"the gateway is not available ({exc}); "
+                         "use --baseline-only to measure plain nginx alone") from None
+    port, internal_port = free_ports(2)
+    cfg = GatewayConfig(prefix=prefix, port=port, internal_port=internal_port,
+                        token="bench-" + hashlib.sha256(key.encode()).hexdigest()[:16],
+                        workers=workers)
+    gateway = Gateway(cfg)
+    try:
+        gateway.start()
+        resp = gateway.push(bench_snapshot(upstream_port, key))
+        if resp.status_code != 200:
+            raise BenchError(f"snapshot push answered {resp.status_code}: {resp.text}")
+    except (RuntimeError, OSError) as exc:
+        gateway.stop()
+        raise BenchError(f"the gateway did not start: {exc}") from exc
+    except BaseException:
+        gateway.stop()
+        raise
+    return gateway
+
+
+# ---- checks and wrk ---------------------------------------------------------------
+
+def check_answers(name: str, url: str, key: str | None) -> None:
+    """One real request before measuring: 200 and the upstream's answer, passed through."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
+                         json={"model": MODEL,
+                               "messages": [{"role": "user", "content": "hi"}]})
+    if resp.status_code != 200:
+        raise BenchError(f"{name} answered {resp.status_code} before the run: "
+                         f"{resp.headers!r} {resp.text[:500]}")
+    try:
+        content = resp.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise BenchError(f"{name} answered 200 but not chat JSON: {resp.text[:500]}") \
+            from None
+    if content != UPSTREAM_ANSWER["choices"][0]["message"]["content"]:
+        raise BenchError(f"{name} did not pass the upstream answer through: {content!r}")
+
+
+_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(value: str, unit: str) -> float:
+    return float(value) * _UNIT_S[unit]
+
+
+def parse_wrk(output: str) -> dict:
+    """Figures from a wrk run: the BENCH_JSON line of chat.lua's done(), else the text.
+
+    Returns rps, p50_ms, p99_ms, requests, non_2xx, socket_errors.
+    """
+    for line in output.splitlines():
+        if line.startswith("BENCH_JSON "):
+            data = json.loads(line[len("BENCH_JSON "):])
+            errors = data["errors"]
+            return {
+                "requests": data["requests"],
+                "rps": data["requests"] / (data["duration_us"] / 1e6),
+                "p50_ms": data["latency_us"]["p50"] / 1000,
+                "p99_ms": data["latency_us"]["p99"] / 1000,
+                "non_2xx": errors["status"],
+                "socket_errors": sum(errors[k] for k in ("connect", "read", "write",
+                                                         "timeout")),
+            }
+    # Text fallback (wrk's human output), in case the script's done() did not run.
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.M)
+    total = re.search(r"^\s*(\d+) requests in", output, re.M)
+    pct = {p: re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s|m)\s*$", output, re.M)
+           for p in ("50", "99")}
+    if not (rps and total and all(pct.values())):
+        raise BenchError(f"cannot read wrk's output:\n{output}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), "
+                     r"timeout (\d+)", output)
+    return {
+        "requests": int(total.group(1)),
+        "rps": float(rps.group(1)),
+        "p50_ms": _seconds(*pct["50"].groups()) * 1000,
+        "p99_ms": _seconds(*pct["99"].groups()) * 1000,
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+        "socket_errors": sum(map(int, sock.groups())) if sock else 0,
+    }
+
+
+def run_wrk(url: str, key: str | None, duration: float, connections: int,
+            threads: int) -> dict:
+    args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
+            "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
+    if out.returncode != 0:
+        raise BenchError(f"wrk failed ({out.returncode}): {out.stderr}{out.stdout}")
+    figures = parse_wrk(out.stdout)
+    figures["raw"] = out.stdout
+    return figures
+
+
+def show_failures(name: str, url: str, key: str | None, n: int = 5) -> None:
+    """Print a few answers from a target that answered non-2xx under load."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    for _ in range(n):
+        resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
+                             json={"model": MODEL,
+                                   "messages": [{"role": "user", "content": "hi"}]})
+        print(f"  {name}: {resp.status_code} {resp.text[:300].rstrip()}", file=sys.stderr)
+
+
+# ---- main -------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="nginx workers for baseline and sluice")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternating runs per target")
+    parser.add_argument("--warmup", type=float, default=2, help="seconds, per target")
+    parser.add_argument("--baseline-only", action="store_true",
+                        help="measure plain nginx alone (no gateway)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary prefix (configs, logs)")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None or shutil.which("nginx") is None:
+        print("bench needs `wrk` and `nginx` on PATH", file=sys.stderr)
+        return 1
+    threads = max(1, min(args.threads, args.connections))
+    # SIGTERM (a CI timeout, `kill`) unwinds through the finally below like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    top = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    top.chmod(0o755)  # as root the gateway's workers run as nobody and must reach it
+    key = "sk-bench-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:32]
+    procs: list = []
+    gateway = None
+    try:
+        upstream_port, baseline_port = free_ports(2)
+        procs.append(start_nginx(top / "upstream", 1, upstream_http(upstream_port),
+                                 upstream_port))
+        procs.append(start_nginx(top / "baseline", args.workers,
+                                 baseline_http(baseline_port, upstream_port),
+                                 baseline_port))
+        targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
+        if not args.baseline_only:
+            gateway = start_gateway(top / "gateway", args.workers, upstream_port, key)
+            targets["sluice"] = (gateway.url.rstrip("/"), key)
+        for name, (url, k) in targets.items():
+            check_answers(name, url, k)
+
+        print(f"# {len(targets)} targets, {args.rounds} rounds x {args.duration:g}s, "
+              f"{args.connections} connections, wrk -t{threads}, "
+              f"nginx workers {args.workers}, upstream 1 worker", flush=True)
+        if args.warmup > 0:
+            for name, (url, k) in targets.items():
+                run_wrk(url, k, args.warmup, args.connections, threads)
+
+        results: dict[str, list[dict]] = {name: [] for name in targets}
+        print(f"{'target':<9} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'non-2xx':>8} {'sock err':>8}")
+        for rnd in range(1, args.rounds + 1):
+            for name, (url, k) in targets.items():
+                r = run_wrk(url, k, args.duration, args.connections, threads)
+                results[name].append(r)
+                print(f"{name:<9} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
+                      f"{r['p99_ms']:>8.3f} {r['non_2xx']:>8} {r['socket_errors']:>8}",
+                      flush=True)
+
+        summary = {name: {k: statistics.median(r[k] for r in runs)
+                          for k in ("rps", "p50_ms", "p99_ms")}
+                   for name, runs in results.items()}
+        for name, s in summary.items():
+            print(f"{name:<9} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
+                  f"{s['p99_ms']:>8.3f}")
+        if "sluice" in summary:
+            b, s = summary["baseline"], summary["sluice"]
+            ratio = s["rps"] / b["rps"]
+            print(f"sluice/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
+                  f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, "
+                  f"p99 x{s['p99_ms'] / b['p99_ms']:.2f}")
+            summary["ratio_rps"] = ratio
+        if args.json:
+            args.json.write_text(json.dumps({
+                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "args": {k: str(v) if isinstance(v, Path) else v
+                         for k, v in vars(args).items()},
+                "summary": summary,
+                "runs": {n: [{k: v for k, v in r.items() if k != "raw"} for r in runs]
+                         for n, runs in results.items()},
+            }, indent=2))
+
+        failed = False
+        for name, runs in results.items():
+            bad = sum(r["non_2xx"] for r in runs)
+            sock = sum(r["socket_errors"] for r in runs)
+            if sock:
+                print(f"warning: {name} had {sock} socket errors", file=sys.stderr)
+            if bad:
+                failed = True
+                print(f"FAIL: {name} answered {bad} non-2xx responses; a few now:",
+                      file=sys.stderr)
+                url, k = targets[name]
+                show_failures(name, url, k)
+        return 1 if failed else 0
+    except BenchError as exc:
+        print(f"FAIL: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if gateway is not None:
+            try:
+                gateway.stop()
+            except Exception as exc:  # keep stopping the rest
+                print(f"warning: stopping the gateway failed: {exc}", file=sys.stderr)
+        for proc in reversed(procs):
+            stop(proc)
+        if args.keep:
+            print(f"# kept {top}", file=sys.stderr)
+        else:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
