@@ -5,7 +5,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, pool, text
+
+from control_plane.db import normalize_url
 
 # migrations/ sits next to the package in the source tree (installed editable).
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -29,6 +33,18 @@ def upgrade(url: str, revision: str = "head") -> None:
 def downgrade(url: str, revision: str = "base") -> None:
     """Migrate the database at `url` down to `revision` ("base" drops everything)."""
     command.downgrade(_config(url), revision)
+    if revision == "base":
+        _drop_version_table(url)
+
+
+def _drop_version_table(url: str) -> None:
+    # Alembic leaves an empty alembic_version behind; "everything" includes it.
+    engine = create_engine(normalize_url(url), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    finally:
+        engine.dispose()
 
 
 def heads() -> list[str]:
@@ -38,10 +54,7 @@ def heads() -> list[str]:
 
 def current(url: str) -> str | None:
     """The revision the database at `url` is at, or None for an empty database."""
-    from alembic.runtime.migration import MigrationContext
-    from sqlalchemy import create_engine, pool
-
-    engine = create_engine(url, poolclass=pool.NullPool)
+    engine = create_engine(normalize_url(url), poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

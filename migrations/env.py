@@ -7,6 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from control_plane.db import normalize_url
 from control_plane.models import Base
 
 config = context.config
@@ -26,14 +27,14 @@ def _url() -> str:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
-                      dialect_opts={"paramstyle": "named"})
+    context.configure(url=normalize_url(_url()), target_metadata=target_metadata,
+                      literal_binds=True, dialect_opts={"paramstyle": "named"})
     with context.begin_transaction():
         context.run_migrations()
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    engine = create_engine(normalize_url(_url()), poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
             context.configure(connection=connection, target_metadata=target_metadata,

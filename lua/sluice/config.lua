@@ -11,7 +11,6 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local NOTICE = ngx.NOTICE
 local ngx_now = ngx.now
-local ngx_time = ngx.time
 local ngx_sleep = ngx.sleep
 local re_find = ngx.re.find
 local type = type
@@ -244,7 +243,7 @@ local function store(raw, version, source)
         return nil, "failed to store snapshot in shared dict: " .. tostring(err)
     end
     dict:set("version", version)
-    dict:set("loaded_at", ngx_time())
+    dict:set("loaded_at", ngx_now())
     dict:set("source", source)
     dict:incr("gen", 1, 0)
     return true

@@ -1,0 +1,167 @@
+"""A small validator for JSON bodies: per-field parsers, field-level messages.
+
+A parser takes the decoded JSON value and returns the clean value or raises
+ValueError whose message completes "<field> ..." for an operator.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
+
+from control_plane.models import NAME_PATTERN
+
+Parser = Callable[[Any], Any]
+_NAME_RE = re.compile(NAME_PATTERN)
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?$")
+
+
+class ValidationError(Exception):
+    def __init__(self, fields: dict[str, str], message: str | None = None):
+        self.fields = fields
+        if message is None:
+            message = "invalid fields: " + ", ".join(sorted(fields))
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Field:
+    parse: Parser
+    required: bool = False
+    nullable: bool = False
+
+
+def validate(data: Any, schema: Mapping[str, Field], *, partial: bool = False,
+             read_only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Check a JSON object against `schema`; collect every field's problem at once.
+
+    partial=True (PATCH): absent fields stay absent, nothing is required.
+    """
+    if not isinstance(data, dict):
+        raise ValidationError({}, "request body must be a JSON object")
+    errors: dict[str, str] = {}
+    clean: dict[str, Any] = {}
+    for key in data:
+        if key not in schema:
+            errors[key] = "is read-only" if key in read_only else "is not a known field"
+    for name, field in schema.items():
+        if name not in data:
+            if partial:
+                continue
+            if field.required:
+                errors[name] = "is required"
+            continue  # absent: the column's default applies
+        value = data[name]
+        if value is None:
+            if field.nullable:
+                clean[name] = None
+            else:
+                errors[name] = "must not be null"
+            continue
+        try:
+            clean[name] = field.parse(value)
+        except ValueError as exc:
+            errors[name] = str(exc)
+    if errors:
+        raise ValidationError(errors)
+    return clean
+
+
+# parsers
+
+def name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise ValueError("must be 1-128 characters of letters, digits and . _ : / -, "
+                         "starting with a letter or digit")
+    return value
+
+
+def text(max_len: int = 128) -> Parser:
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or len(value) > max_len:
+            raise ValueError(f"must be a string of at most {max_len} characters")
+        return value
+    return parse
+
+
+def integer(lo: int, hi: int) -> Parser:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"must be an integer between {lo} and {hi}")
+        return value
+    return parse
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def one_of(*choices: str) -> Parser:
+    def parse(value: Any) -> str:
+        if value not in choices:
+            raise ValueError("must be one of: " + ", ".join(choices))
+        return value
+    return parse
+
+
+def name_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and _NAME_RE.match(v) for v in value):
+        raise ValueError("must be null (every model) or a list of model names")
+    return list(dict.fromkeys(value))  # drop duplicates, keep order
+
+
+def http_url(*, allow_path: bool) -> Parser:
+    """An http:// URL with a hostname or IPv4 address, optional port and base path."""
+    shape = "http://host:port[/base]" if allow_path else "http://host:port"
+
+    def parse(value: Any) -> str:
+        message = f"must be a URL of the form {shape}"
+        if not isinstance(value, str) or len(value) > 2048:
+            raise ValueError(message)
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError:
+            raise ValueError(message) from None
+        host = parts.hostname or ""
+        if (parts.scheme != "http" or not _HOST_RE.match(host) or parts.username
+                or parts.password or parts.query or parts.fragment or "#" in value
+                or "?" in value or port == 0):
+            raise ValueError(message)
+        path = parts.path.rstrip("/")
+        if path and not allow_path:
+            raise ValueError(message)
+        netloc = host.lower() + (f":{port}" if port else "")
+        return f"http://{netloc}{path}"
+    return parse
+
+
+def timestamp(value: Any) -> datetime:
+    """Unix seconds, or ISO 8601 (UTC when no offset is given)."""
+    message = "must be Unix seconds or an ISO 8601 date-time such as 2030-01-01T00:00:00Z"
+    if isinstance(value, bool):
+        raise ValueError(message)
+    if isinstance(value, (int, float)):
+        try:
+            return datetime.fromtimestamp(value, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(message) from None
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ValueError(message) from None
+        return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    raise ValueError(message)
+
+
+def identifier(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise ValueError("must be the integer id of an existing resource")
+    return value

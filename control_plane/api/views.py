@@ -1,0 +1,139 @@
+"""The admin REST API, /api/v1. Views parse, call a service, render; nothing more."""
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
+from sqlalchemy.orm import Session
+
+from control_plane.api.errors import ApiError
+from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
+                                       KeySchema, ModelSchema, Schema)
+from control_plane.api.validation import ValidationError, identifier, validate
+from control_plane.services import snapshot
+from control_plane.services.config_state import current_version
+from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MODELS,
+                                              Resource)
+
+API_PREFIX = "/api/v1"
+bp = Blueprint("api", __name__, url_prefix=API_PREFIX)
+
+
+def db() -> Session:
+    """The request's session, opened on first use and closed at teardown."""
+    if "db" not in g:
+        g.db = current_app.extensions["sluice"].sessionmaker()
+    return g.db
+
+
+def close_db(_exc: BaseException | None = None) -> None:
+    session = g.pop("db", None)
+    if session is not None:
+        session.close()
+
+
+def require_admin_token() -> None:
+    """Bearer auth for everything under /api/, unknown routes included."""
+    if not request.path.startswith("/api/"):
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "missing admin token: send Authorization: Bearer <token>",
+                       headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'})
+    expected = current_app.config["ADMIN_TOKEN"].encode("utf-8")
+    if not hmac.compare_digest(token.strip().encode("utf-8"), expected):
+        raise ApiError(403, "invalid admin token")
+
+
+def json_body() -> Any:
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        raise ApiError(400, "request body must be a JSON object")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+
+
+def query_filters(names: tuple[str, ...]) -> dict[str, int]:
+    filters, errors = {}, {}
+    for name in names:
+        raw = request.args.get(name)
+        if raw is None:
+            continue
+        try:
+            filters[name] = identifier(int(raw))
+        except ValueError as exc:
+            errors[name] = str(exc)
+    if errors:
+        raise ValidationError(errors, "invalid query parameters")
+    return filters
+
+
+def register_resource(path: str, resource: Resource, schema: Schema,
+                      create_view: Callable[[], Any] | None = None) -> None:
+    """The five CRUD routes of one resource."""
+    name = path.strip("/")
+
+    def list_() -> Response:
+        rows = resource.list(db(), **query_filters(resource.filters))
+        return jsonify({"items": [schema.render(r) for r in rows]})
+
+    def create() -> tuple[Response, int]:
+        data = validate(json_body(), schema.create, read_only=schema.read_only)
+        return jsonify(schema.render(resource.create(db(), data))), 201
+
+    def get(id: int) -> Response:
+        return jsonify(schema.render(resource.get(db(), id)))
+
+    def update(id: int) -> Response:
+        data = validate(json_body(), schema.update, partial=True, read_only=schema.read_only)
+        return jsonify(schema.render(resource.update(db(), id, data)))
+
+    def delete(id: int) -> tuple[str, int]:
+        resource.delete(db(), id)
+        return "", 204
+
+    bp.add_url_rule(path, f"{name}_list", list_, methods=["GET"])
+    bp.add_url_rule(path, f"{name}_create", create_view or create, methods=["POST"])
+    bp.add_url_rule(f"{path}/<int:id>", f"{name}_get", get, methods=["GET"])
+    bp.add_url_rule(f"{path}/<int:id>", f"{name}_update", update, methods=["PATCH"])
+    bp.add_url_rule(f"{path}/<int:id>", f"{name}_delete", delete, methods=["DELETE"])
+
+
+register_resource("/models", MODELS, ModelSchema())
+register_resource("/backends", BACKENDS, BackendSchema())
+register_resource("/consumers", CONSUMERS, ConsumerSchema())
+register_resource("/gateways", GATEWAYS, GatewaySchema())
+
+_key_schema = KeySchema()
+
+
+def create_key() -> tuple[Response, int]:
+    """Like the generic create, but the answer carries the plain key, this once."""
+    data = validate(json_body(), _key_schema.create, read_only=_key_schema.read_only)
+    row, key = KEYS.create_with_key(db(), data)
+    return jsonify({**_key_schema.render(row), "key": key}), 201
+
+
+register_resource("/keys", KEYS, _key_schema, create_view=create_key)
+
+
+@bp.get("/config")
+def config() -> Response:
+    return jsonify({"version": current_version(db())})
+
+
+@bp.get("/snapshot")
+def get_snapshot() -> Response:
+    return jsonify(snapshot.build(db()))
+
+
+def init_app(app: Flask) -> None:
+    app.before_request(require_admin_token)
+    app.teardown_appcontext(close_db)
+    app.register_blueprint(bp)

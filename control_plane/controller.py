@@ -1,0 +1,229 @@
+"""The controller: push the snapshot to every gateway whenever the config changes.
+
+Each tick reads the config version; every gateway whose acknowledged version differs
+(or that a reload marked) gets the snapshot, built once per version. A gateway that
+fails is retried with exponential backoff, 0.5 s doubling to 30 s, reset on success.
+SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway;
+SIGTERM and SIGINT stop the loop after the current tick.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import requests
+from sqlalchemy import select
+
+from control_plane.db import make_engine, make_sessionmaker
+from control_plane.models import Gateway
+from control_plane.services import snapshot as snapshot_service
+from control_plane.services.config_state import current_version
+from control_plane.services.gateways import ensure_gateways
+from control_plane.services.push import PushError, push
+from control_plane.settings import Settings, SettingsError, load_settings
+
+log = logging.getLogger("sluice.controller")
+
+BACKOFF_START = 0.5
+BACKOFF_CAP = 30.0
+MAX_PARALLEL_PUSHES = 16
+
+
+@dataclass
+class Backoff:
+    delay: float = 0.0      # 0: no failure since the last success
+    not_before: float = 0.0  # monotonic time of the next allowed attempt
+
+    def failed(self, now: float) -> float:
+        self.delay = BACKOFF_START if self.delay == 0 else min(self.delay * 2, BACKOFF_CAP)
+        self.not_before = now + self.delay
+        return self.delay
+
+
+@dataclass
+class PushResult:
+    gateway_id: int
+    acked: int | None = None
+    error: str | None = None
+
+
+class Controller:
+    def __init__(self, settings: Settings, *,
+                 settings_loader: Callable[[], Settings] = load_settings,
+                 clock: Callable[[], float] = time.monotonic):
+        self._load_settings = settings_loader
+        self._clock = clock
+        self.settings = settings
+        self._engine = make_engine(settings.require_database_url())
+        self._sessions = make_sessionmaker(self._engine)
+        self._http = requests.Session()
+        self._backoff: dict[int, Backoff] = {}
+        self._force: set[int] = set()
+        self._cached: tuple[int, dict[str, Any]] | None = None
+        self._stopping = False
+        self._reload_requested = False
+        self._synced = False  # SLUICE_GATEWAYS upserted; retried each tick until done
+
+    # public
+
+    def tick(self) -> None:
+        """One pass: push the current snapshot to every gateway that needs it."""
+        if not self._synced:
+            self._sync_gateways()
+        with self._sessions() as session:
+            version = current_version(session)
+            gateways = list(session.scalars(select(Gateway).order_by(Gateway.id)))
+        now = self._clock()
+        due = [g for g in gateways
+               if (g.acked_version != version or g.id in self._force)
+               and self._backoff.get(g.id, Backoff()).not_before <= now]
+        if not due:
+            return
+        snap = self._snapshot(version)
+        results = self._push_all(due, snap)
+        self._record(due, snap["version"], results)
+
+    def reload(self) -> None:
+        """Re-read settings and make the next tick push to every gateway."""
+        try:
+            new = self._load_settings()
+        except SettingsError as exc:
+            log.error("reload: keeping the old settings: %s", exc)
+            new = self.settings
+        if new.database_url and new.database_url != self.settings.database_url:
+            self._engine.dispose()
+            self._engine = make_engine(new.database_url)
+            self._sessions = make_sessionmaker(self._engine)
+        self.settings = new
+        self._cached = None
+        self._backoff.clear()
+        self._synced = False
+        ids = self._sync_gateways()
+        with self._sessions() as session:
+            ids |= set(session.scalars(select(Gateway.id)))
+        self._force = ids
+        log.info("reload: settings re-read; re-pushing to %d gateway(s)", len(ids))
+
+    def request_reload(self) -> None:
+        """Signal-safe: the loop reloads before its next tick."""
+        self._reload_requested = True
+
+    def stop(self) -> None:
+        """Signal-safe: the loop exits after the current tick."""
+        self._stopping = True
+
+    def run_forever(self) -> None:
+        log.info("controller started: %d gateway(s) from settings, interval %.2fs",
+                 len(self.settings.gateways), self.settings.controller_interval)
+        while not self._stopping:
+            if self._reload_requested:
+                self._reload_requested = False
+                self._guarded(self.reload)
+            self._guarded(self.tick)
+            self._sleep(self.settings.controller_interval)
+        self.close()
+        log.info("controller stopped")
+
+    def close(self) -> None:
+        self._http.close()
+        self._engine.dispose()
+
+    # internals
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        # A database or DNS outage must not end the loop; the next tick retries.
+        try:
+            step()
+        except Exception:
+            log.exception("%s failed", step.__name__)
+
+    def _sleep(self, seconds: float) -> None:
+        # Short slices so a signal's flag is seen promptly.
+        deadline = self._clock() + seconds
+        while not self._stopping and not self._reload_requested:
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+    def _sync_gateways(self) -> set[int]:
+        with self._sessions() as session:
+            ids = {g.id for g in ensure_gateways(session, self.settings.gateways)}
+        self._synced = True
+        return ids
+
+    def _snapshot(self, version: int) -> dict[str, Any]:
+        if self._cached is None or self._cached[0] != version:
+            with self._sessions() as session:
+                # One consistent read: the version and the content it describes.
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+                snap = snapshot_service.build(session)
+            self._cached = (snap["version"], snap)
+        return self._cached[1]
+
+    def _push_one(self, gateway: Gateway, snap: dict[str, Any]) -> PushResult:
+        try:
+            acked = push(gateway.internal_url, self.settings.gateway_token, snap,
+                         self.settings.push_timeout, session=self._http)
+        except PushError as exc:
+            return PushResult(gateway.id, error=str(exc))
+        if acked != snap["version"]:
+            return PushResult(gateway.id, acked=acked,
+                              error=f"gateway acknowledged version {acked}, "
+                                    f"expected {snap['version']}")
+        return PushResult(gateway.id, acked=acked)
+
+    def _push_all(self, due: list[Gateway], snap: dict[str, Any]) -> list[PushResult]:
+        # In parallel: one unreachable gateway must not hold the others back by the
+        # push timeout.
+        if len(due) == 1:
+            return [self._push_one(due[0], snap)]
+        with ThreadPoolExecutor(max_workers=min(len(due), MAX_PARALLEL_PUSHES)) as pool:
+            return list(pool.map(lambda g: self._push_one(g, snap), due))
+
+    def _record(self, due: list[Gateway], version: int, results: list[PushResult]) -> None:
+        now = self._clock()
+        wall = datetime.now(timezone.utc)
+        with self._sessions() as session, session.begin():
+            for gateway, result in zip(due, results):
+                row = session.get(Gateway, gateway.id)
+                if result.error is None:
+                    self._backoff.pop(gateway.id, None)
+                    self._force.discard(gateway.id)
+                    log.info("push gateway=%s url=%s version=%d outcome=ok",
+                             gateway.name, gateway.internal_url, version)
+                else:
+                    retry = self._backoff.setdefault(gateway.id, Backoff()).failed(now)
+                    log.warning("push gateway=%s url=%s version=%d outcome=error "
+                                "retry_in=%.1fs error=%s", gateway.name,
+                                gateway.internal_url, version, retry, result.error)
+                if row is None:  # deleted while we pushed
+                    continue
+                if result.acked is not None:
+                    row.acked_version = result.acked
+                if result.error is None:
+                    row.last_push_at = wall
+                row.last_error = result.error
+
+
+def main(settings: Settings) -> int:
+    """Run the controller until SIGTERM/SIGINT; the `sluice controller` entry point."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        controller = Controller(settings)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2
+    signal.signal(signal.SIGHUP, lambda *_: controller.request_reload())
+    signal.signal(signal.SIGTERM, lambda *_: controller.stop())
+    signal.signal(signal.SIGINT, lambda *_: controller.stop())
+    controller.run_forever()
+    return 0

@@ -1,0 +1,195 @@
+"""CRUD for the admin resources. Each write is one transaction; config writes bump
+the config version in that same transaction, so a failed write never bumps it."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar, Generic, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.models import ApiKey, Backend, Base, Consumer, Gateway, Model
+from control_plane.services.config_state import bump_version
+from control_plane.services.errors import Conflict, Invalid, NotFound
+
+T = TypeVar("T", bound=Base)
+
+KEY_PREFIX_LEN = 10
+
+
+def hash_key(key: str) -> str:
+    """The form API keys are stored and looked up in (sha256 hex of the full key)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def generate_key() -> str:
+    return "sk-" + secrets.token_urlsafe(32)
+
+
+class Resource(Generic[T]):
+    model: ClassVar[type]
+    label: ClassVar[str]
+    bumps_version: ClassVar[bool] = True
+    unique_fields: ClassVar[tuple[str, ...]] = ("name",)
+    filters: ClassVar[tuple[str, ...]] = ()
+
+    def list(self, session: Session, **filters: Any) -> list[T]:
+        stmt = select(self.model).order_by(self.model.id)
+        for field, value in filters.items():
+            if field not in self.filters:
+                raise ValueError(f"cannot filter {self.label}s by {field}")
+            if value is not None:
+                stmt = stmt.where(getattr(self.model, field) == value)
+        return list(session.scalars(stmt))
+
+    def get(self, session: Session, id: int) -> T:
+        obj = session.get(self.model, id)
+        if obj is None:
+            raise NotFound(f"no {self.label} with id {id}")
+        return obj
+
+    def create(self, session: Session, data: Mapping[str, Any]) -> T:
+        with self._writing(session, data):
+            self._check(session, data)
+            obj = self.model(**data)
+            session.add(obj)
+            session.flush()
+            self._changed(session)
+        return obj
+
+    def update(self, session: Session, id: int, data: Mapping[str, Any]) -> T:
+        with self._writing(session, data):
+            obj = self.get(session, id)
+            self._check(session, data)
+            changed = {k: v for k, v in data.items() if getattr(obj, k) != v}
+            if changed:
+                for field, value in changed.items():
+                    setattr(obj, field, value)
+                self._on_update(obj, changed)
+                session.flush()
+                self._changed(session)
+        return obj
+
+    def delete(self, session: Session, id: int) -> None:
+        with self._writing(session, {}):
+            obj = self.get(session, id)
+            self._before_delete(session, obj)
+            session.delete(obj)
+            session.flush()
+            self._changed(session)
+
+    # hooks for subclasses
+    def _check(self, session: Session, data: Mapping[str, Any]) -> None:
+        """Raise Invalid when `data` refers to rows that do not exist."""
+
+    def _on_update(self, obj: T, changed: Mapping[str, Any]) -> None:
+        pass
+
+    def _before_delete(self, session: Session, obj: T) -> None:
+        pass
+
+    def _changed(self, session: Session) -> None:
+        if self.bumps_version:
+            bump_version(session)
+
+    @contextmanager
+    def _writing(self, session: Session, data: Mapping[str, Any]) -> Iterator[None]:
+        try:
+            yield
+            session.commit()
+        except IntegrityError as exc:
+            session.rollback()
+            raise self._conflict(exc, data) from None
+        except BaseException:
+            session.rollback()
+            raise
+
+    def _conflict(self, exc: IntegrityError, data: Mapping[str, Any]) -> Conflict:
+        diag = getattr(exc.orig, "diag", None)
+        constraint = getattr(diag, "constraint_name", None)
+        for field in self.unique_fields:
+            if constraint == f"uq_{self.model.__tablename__}_{field}":
+                value = data.get(field)
+                return Conflict(f"a {self.label} with {field} {value!r} already exists")
+        if getattr(exc.orig, "pgcode", None) == "23503":
+            return Conflict(f"this {self.label} is still referenced by other resources")
+        return Conflict(f"this {self.label} conflicts with existing data ({constraint})")
+
+
+def _require_row(session: Session, model: type, id: int | None, field: str,
+                 label: str) -> None:
+    if id is not None and session.get(model, id) is None:
+        raise Invalid({field: f"no {label} with id {id}"})
+
+
+class Models(Resource[Model]):
+    model = Model
+    label = "model"
+
+    def _before_delete(self, session: Session, obj: Model) -> None:
+        count = session.scalar(select(func.count()).select_from(Backend)
+                               .where(Backend.model_id == obj.id))
+        if count:
+            raise Conflict(f"model {obj.name!r} still has {count} backend(s); "
+                           "delete them or move them to another model first")
+
+
+class Backends(Resource[Backend]):
+    model = Backend
+    label = "backend"
+    filters = ("model_id",)
+
+    def _check(self, session: Session, data: Mapping[str, Any]) -> None:
+        _require_row(session, Model, data.get("model_id"), "model_id", "model")
+
+
+class Consumers(Resource[Consumer]):
+    model = Consumer
+    label = "consumer"
+
+
+class ApiKeys(Resource[ApiKey]):
+    model = ApiKey
+    label = "key"
+    unique_fields = ("key_hash",)
+    filters = ("consumer_id",)
+
+    def _check(self, session: Session, data: Mapping[str, Any]) -> None:
+        _require_row(session, Consumer, data.get("consumer_id"), "consumer_id", "consumer")
+
+    def create_with_key(self, session: Session, data: Mapping[str, Any],
+                        key: str | None = None) -> tuple[ApiKey, str]:
+        """Create a key; return the row and the plain key, which is never stored.
+
+        `key` lets seeding code choose a known key (demos, tests); otherwise one is
+        generated.
+        """
+        key = key or generate_key()
+        row = self.create(session, {**data, "key_hash": hash_key(key),
+                                    "prefix": key[:KEY_PREFIX_LEN]})
+        return row, key
+
+
+class Gateways(Resource[Gateway]):
+    # Gateways are not part of the snapshot: writing them does not bump the version.
+    model = Gateway
+    label = "gateway"
+    bumps_version = False
+    unique_fields = ("name", "internal_url")
+
+    def _on_update(self, obj: Gateway, changed: Mapping[str, Any]) -> None:
+        if "internal_url" in changed:
+            # A different listener: we no longer know what it serves.
+            obj.acked_version = None
+            obj.last_error = None
+
+
+MODELS = Models()
+BACKENDS = Backends()
+CONSUMERS = Consumers()
+KEYS = ApiKeys()
+GATEWAYS = Gateways()

@@ -1,0 +1,101 @@
+"""Build the snapshot the gateways serve from (format: docs/contracts.md)."""
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from control_plane.models import ApiKey, Backend, Consumer, Model
+from control_plane.services.config_state import current_version
+
+log = logging.getLogger(__name__)
+
+
+class ResolveError(Exception):
+    pass
+
+
+def resolve_ipv4(host: str) -> str:
+    """The first IPv4 address of `host`; the gateway's balancer wants addresses."""
+    if host.lower() == "localhost":
+        return "127.0.0.1"
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolveError(f"cannot resolve {host!r}: {exc}") from exc
+    if not infos:
+        raise ResolveError(f"{host!r} has no IPv4 address")
+    return infos[0][4][0]
+
+
+def backend_entry(backend: Backend) -> dict[str, Any]:
+    parts = urlsplit(backend.url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or ""
+    return {
+        "id": backend.id,
+        "name": backend.name,
+        "protocol": backend.protocol,
+        "scheme": parts.scheme,
+        "host": resolve_ipv4(host),
+        "port": port,
+        "host_header": f"{host}:{parts.port}" if parts.port else host,
+        "base_path": parts.path.rstrip("/"),
+        "weight": backend.weight,
+    }
+
+
+def _unix(dt: datetime | None) -> int | None:
+    return None if dt is None else int(dt.timestamp())
+
+
+def build(session: Session) -> dict[str, Any]:
+    """Everything the hot path needs, from enabled rows only.
+
+    For a version that matches the content exactly, call this in a REPEATABLE READ
+    transaction (the controller does). A backend whose host does not resolve is left
+    out with a warning rather than failing the whole snapshot: the other backends
+    still need their updates.
+    """
+    version = current_version(session)
+
+    models: dict[str, Any] = {}
+    for model in session.scalars(
+            select(Model).where(Model.enabled).order_by(Model.id)
+            .options(selectinload(Model.backends))):
+        backends = []
+        for backend in model.backends:
+            if not backend.enabled:
+                continue
+            try:
+                backends.append(backend_entry(backend))
+            except ResolveError as exc:
+                log.warning("snapshot v%d: backend %s left out: %s", version, backend.name, exc)
+        models[model.name] = {"id": model.id, "name": model.name,
+                              "timeout_ms": model.timeout_ms, "backends": backends}
+
+    consumers = {
+        str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models}
+        for c in session.scalars(select(Consumer).where(Consumer.enabled).order_by(Consumer.id))
+    }
+
+    keys = {
+        k.key_hash: {"id": k.id, "consumer_id": k.consumer_id, "prefix": k.prefix,
+                     "expires_at": _unix(k.expires_at)}
+        for k in session.scalars(
+            select(ApiKey).join(Consumer)
+            .where(ApiKey.enabled, Consumer.enabled).order_by(ApiKey.id))
+    }
+
+    return {
+        "version": version,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "models": models,
+        "consumers": consumers,
+        "keys": keys,
+    }

@@ -1,0 +1,74 @@
+"""push(): one POST to a gateway's internal listener; clear errors when it fails."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from control_plane.runtime.procs import free_port
+from control_plane.services.push import PushError, push
+from control_plane.services.snapshot import ResolveError, resolve_ipv4
+
+
+@pytest.fixture
+def listener():
+    """A server that answers each POST with the next (status, body) in `answers`."""
+    answers: list[tuple[int, bytes]] = []
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append({"path": self.path, "auth": self.headers.get("Authorization"),
+                         "body": json.loads(body)})
+            status, payload = answers.pop(0)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", answers, seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_returns_acked_version(listener):
+    url, answers, seen = listener
+    answers.append((200, b'{"version": 7}'))
+    assert push(url + "/", "tok", {"version": 7}, timeout=2) == 7
+    assert seen == [{"path": "/internal/snapshot", "auth": "Bearer tok",
+                     "body": {"version": 7}}]
+
+
+@pytest.mark.parametrize("status,body,message", [
+    (409, b'{"error": {"code": 409, "message": "older than served"}}',
+     "HTTP 409: older than served"),
+    (400, b"not json", "HTTP 400: not json"),
+    (200, b'{"v": 1}', "answer has no version"),
+    (200, b'{"version": "7"}', "is not an integer"),
+])
+def test_failures(listener, status, body, message):
+    url, answers, _ = listener
+    answers.append((status, body))
+    with pytest.raises(PushError, match=message):
+        push(url, "tok", {"version": 7}, timeout=2)
+
+
+def test_unreachable():
+    with pytest.raises(PushError, match="ConnectionError"):
+        push(f"http://127.0.0.1:{free_port()}", None, {"version": 1}, timeout=2)
+
+
+def test_resolve():
+    assert resolve_ipv4("localhost") == "127.0.0.1"
+    assert resolve_ipv4("10.1.2.3") == "10.1.2.3"
+    with pytest.raises(ResolveError):
+        resolve_ipv4("no-such-host.invalid")

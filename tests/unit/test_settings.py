@@ -1,0 +1,84 @@
+"""Settings from the environment, overlaid by the SLUICE_CONFIG file."""
+from __future__ import annotations
+
+import pytest
+
+from control_plane.settings import Settings, SettingsError, load_settings
+
+
+def test_defaults():
+    s = load_settings({})
+    assert s == Settings()
+    assert (s.api_host, s.api_port, s.gateway_port, s.internal_port) == (
+        "127.0.0.1", 8080, 8000, 8001)
+    assert (s.controller_interval, s.push_timeout, s.gateways) == (0.5, 5.0, ())
+    with pytest.raises(SettingsError, match="DATABASE_URL is required"):
+        s.require_database_url()
+
+
+def test_every_variable():
+    s = load_settings({
+        "DATABASE_URL": "postgresql://u@h/db", "SLUICE_ADMIN_TOKEN": "a",
+        "SLUICE_GATEWAY_TOKEN": "g",
+        "SLUICE_GATEWAYS": " http://127.0.0.1:9180/ , http://10.0.0.2:9180,",
+        "SLUICE_API_HOST": "0.0.0.0", "SLUICE_API_PORT": "9090",
+        "SLUICE_GATEWAY_PORT": "18000", "SLUICE_INTERNAL_PORT": "18001",
+        "SLUICE_CONTROLLER_INTERVAL": "0.25", "SLUICE_PUSH_TIMEOUT": "2"})
+    assert s.database_url == "postgresql://u@h/db"
+    assert (s.admin_token, s.gateway_token) == ("a", "g")
+    assert s.gateways == ("http://127.0.0.1:9180", "http://10.0.0.2:9180")
+    assert (s.api_host, s.api_port, s.gateway_port, s.internal_port) == (
+        "0.0.0.0", 9090, 18000, 18001)
+    assert (s.controller_interval, s.push_timeout) == (0.25, 2.0)
+
+
+@pytest.mark.parametrize("name,value,reason", [
+    ("SLUICE_API_PORT", "eighty", "expected a number"),
+    ("SLUICE_GATEWAY_PORT", "70000", "between 1 and 65535"),
+    ("SLUICE_INTERNAL_PORT", "0", "between 1 and 65535"),
+    ("SLUICE_CONTROLLER_INTERVAL", "-1", "positive number of seconds"),
+    ("SLUICE_PUSH_TIMEOUT", "nan", "positive number of seconds"),
+    ("SLUICE_GATEWAYS", "127.0.0.1:9180", "is not an http(s) URL"),
+    ("DATABASE_URL", "not a url", "must be a URL"),
+])
+def test_bad_values_name_the_variable(name, value, reason):
+    with pytest.raises(SettingsError) as err:
+        load_settings({name: value})
+    assert str(err.value).startswith(f"{name}={value!r}: ")
+    assert reason in str(err.value)
+
+
+def test_config_file_overlays_environment(tmp_path):
+    path = tmp_path / "sluice.env"
+    path.write_text("# comment\n\nSLUICE_API_PORT=9999\n"
+                    "export SLUICE_ADMIN_TOKEN='from file'\n")
+    s = load_settings({"SLUICE_CONFIG": str(path), "SLUICE_API_PORT": "1234",
+                       "SLUICE_PUSH_TIMEOUT": "3"})
+    assert (s.api_port, s.admin_token, s.push_timeout) == (9999, "from file", 3.0)
+    assert s.config_file == str(path)
+
+    path.write_text("SLUICE_API_PORT=7777\n")  # re-read on the next load (SIGHUP)
+    assert load_settings({"SLUICE_CONFIG": str(path)}).api_port == 7777
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(SettingsError, match="SLUICE_CONFIG: cannot read"):
+        load_settings({"SLUICE_CONFIG": str(tmp_path / "missing")})
+    bad = tmp_path / "bad.env"
+    bad.write_text("SLUICE_API_PORT 80\n")
+    with pytest.raises(SettingsError, match=r"bad.env:1: expected KEY=VALUE"):
+        load_settings({"SLUICE_CONFIG": str(bad)})
+
+
+def test_settings_are_frozen():
+    with pytest.raises(AttributeError):
+        load_settings({}).api_port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:p@h:5/db", "postgres://u:p@h:5/db",
+                                 "postgresql+psycopg2://u:p@h:5/db"])
+def test_database_urls_use_the_driver_we_ship(url):
+    from control_plane.db import normalize_url
+
+    assert normalize_url(url).render_as_string(hide_password=False) == \
+        "postgresql+psycopg2://u:p@h:5/db"
