@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
-  postgresql wrk python3 python3-venv python3-pip
+  postgresql wrk lua-check python3 python3-venv python3-pip
 )
 
 missing=()

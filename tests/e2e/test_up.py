@@ -1,0 +1,119 @@
+"""`sluice up` (what `make run` runs), as a newcomer meets it: start, call, stop, again."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from control_plane.runtime import procs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ours(var: Path) -> list[str]:
+    """Command lines of live processes that belong to this `sluice up` run."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if str(var) in cmd or f"SLUICE_VAR_DIR={var}".encode() in env:
+            found.append(f"{d.name}: {cmd}")
+    return found
+
+
+@pytest.fixture
+def var():
+    top = Path(tempfile.mkdtemp(prefix="sluice-up-"))
+    top.chmod(0o755)  # the private PostgreSQL runs as the postgres user under root
+    yield top / "var"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _up(var: Path, ports: list[int]) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN")}
+    env.update(SLUICE_VAR_DIR=str(var), SLUICE_GATEWAY_PORT=str(ports[0]),
+               SLUICE_INTERNAL_PORT=str(ports[1]), SLUICE_API_PORT=str(ports[2]))
+    return subprocess.Popen([sys.executable, "-m", "control_plane.cli", "up"], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _wait_info(var: Path, proc: subprocess.Popen, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    path = var / "sluice-up.json"
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"sluice up exited {proc.returncode}:\n{proc.stdout.read()}")
+        assert time.monotonic() < deadline, "sluice up did not come up"
+        time.sleep(0.2)
+    time.sleep(0.2)  # written in one go, but let the banner print too
+    return json.loads(path.read_text())
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, _ = proc.communicate(timeout=60)
+    return out
+
+
+def test_up_serves_prints_how_and_stops_everything(var):
+    ports = procs.free_ports(3)
+    first = _up(var, ports)
+    try:
+        info = _wait_info(var, first)
+        mode = stat.S_IMODE((var / "sluice-up.json").stat().st_mode)
+        assert mode == 0o600
+        assert info["admin_url"].endswith("/api/v1")
+        assert info["gateway_url"] == f"http://127.0.0.1:{ports[0]}"
+        chat_model = info["demo_models"][0]
+
+        resp = requests.post(info["gateway_url"] + "/v1/chat/completions", timeout=10,
+                             headers={"Authorization": f"Bearer {info['demo_api_key']}"},
+                             json={"model": chat_model,
+                                   "messages": [{"role": "user", "content": "hi"}]})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["message"]["content"] == "echo: hi"
+        models = requests.get(info["admin_url"] + "/models", timeout=5,
+                              headers={"Authorization": f"Bearer {info['admin_token']}"})
+        assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
+        running = "\n".join(_ours(var))
+        for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
+            assert part in running, f"{part} not found among:\n{running}"
+    finally:
+        out = _stop(first)
+    assert first.returncode == 0, out
+    assert "curl" in out and info["demo_api_key"] in out
+    assert _ours(var) == []
+    with pytest.raises(requests.ConnectionError):
+        requests.get(info["gateway_url"], timeout=2)
+
+    # A second run comes up on the same data and keeps the demo key working.
+    (var / "sluice-up.json").unlink()
+    second = _up(var, ports)
+    try:
+        again = _wait_info(var, second)
+        assert again["demo_api_key"] == info["demo_api_key"]
+        resp = requests.post(again["gateway_url"] + "/v1/models/sentiment-demo/predict",
+                             headers={"X-API-Key": again["demo_api_key"]},
+                             json={"instances": ["fine"]}, timeout=10)
+        assert resp.status_code == 200, resp.text
+    finally:
+        out = _stop(second)
+    assert second.returncode == 0, out
+    assert _ours(var) == []
