@@ -75,6 +75,9 @@ class Consumer(Timestamps, Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     # NULL: every model; a list: only those model names.
     allowed_models: Mapped[list[str] | None] = mapped_column(JSONB, nullable=True)
+    # Free-form facts about the caller (e.g. {"user_type": "vip"}) that routing
+    # conditions can test; JWT claims are merged over them per request.
+    attributes: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
 
     keys: Mapped[list[ApiKey]] = relationship(

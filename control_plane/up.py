@@ -118,7 +118,6 @@ class Stack:
         info = {
             "gateway_url": self.gateway.url,
             "admin_url": admin_url,
-            "ui_url": f"http://127.0.0.1:{api_port}/admin",
             "admin_token": creds["admin_token"],
             "demo_api_key": demo_key,
             "demo_models": [m["name"] for m in DEMO_MODELS],

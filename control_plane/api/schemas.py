@@ -64,12 +64,14 @@ class ConsumerSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
         "allowed_models": Field(v.name_list, nullable=True),
+        "attributes": Field(v.attributes),
         "enabled": Field(v.boolean),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
     def render(self, c: Consumer) -> dict[str, Any]:
         return {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
+                "attributes": c.attributes,
                 "enabled": c.enabled, "created_at": iso(c.created_at),
                 "updated_at": iso(c.updated_at)}
 

@@ -116,6 +116,22 @@ def name_list(value: Any) -> list[str]:
     return list(dict.fromkeys(value))  # drop duplicates, keep order
 
 
+_ATTR_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def attributes(value: Any) -> dict[str, Any]:
+    """A flat object of scalar facts: {"user_type": "vip", "tier": 2}."""
+    message = ("must be an object of at most 32 names ([A-Za-z_][A-Za-z0-9_.-]*) "
+               "to strings, numbers or booleans")
+    if not isinstance(value, dict) or len(value) > 32:
+        raise ValueError(message)
+    for k, val in value.items():
+        if not _ATTR_KEY_RE.match(k) or not isinstance(val, (str, int, float, bool)) or (
+                isinstance(val, str) and len(val) > 256):
+            raise ValueError(message)
+    return value
+
+
 def http_url(*, allow_path: bool) -> Parser:
     """An http:// URL with a hostname or IPv4 address, optional port and base path."""
     shape = "http://host:port[/base]" if allow_path else "http://host:port"

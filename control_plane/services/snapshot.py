@@ -80,7 +80,8 @@ def build(session: Session) -> dict[str, Any]:
                               "timeout_ms": model.timeout_ms, "backends": backends}
 
     consumers = {
-        str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models}
+        str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
+                    "attributes": c.attributes or {}}
         for c in session.scalars(select(Consumer).where(Consumer.enabled).order_by(Consumer.id))
     }
 

@@ -105,6 +105,9 @@ function _M.validate(s)
                 end
             end
         end
+        if c.attributes ~= nil and not is_object(c.attributes) then
+            return nil, where .. ".attributes: must be an object"
+        end
     end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
@@ -163,7 +166,8 @@ local function compile(s)
             allowed = {}
             for _, mname in ipairs(am) do allowed[mname] = true end
         end
-        consumers[tostring(id)] = { id = c.id, name = c.name, allowed = allowed }
+        consumers[tostring(id)] = { id = c.id, name = c.name, allowed = allowed,
+                                    attributes = c.attributes or {} }
     end
 
     local keys = {}

@@ -95,6 +95,7 @@ function _M.access()
     end
     ctx.model = model
     ctx.consumer = consumer
+    ctx.attributes = consumer.attributes   -- JWT claims will be merged over these
 
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path, so the URI still fits.

@@ -61,6 +61,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), primary_key=True),
         sa.Column("name", sa.String(128), nullable=False),
         sa.Column("allowed_models", postgresql.JSONB(), nullable=True),
+        sa.Column("attributes", postgresql.JSONB(), nullable=False, server_default="{}"),
         sa.Column("enabled", sa.Boolean(), nullable=False, server_default="true"),
         *_timestamps(),
         sa.PrimaryKeyConstraint("id", name="pk_consumers"),

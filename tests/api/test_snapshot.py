@@ -24,7 +24,8 @@ def test_snapshot_matches_configuration(api, make):
               url="http://localhost:9101", weight=250)
     b2 = make("backend", name="predict-1", model_id=model["id"],
               url="http://127.0.0.1:9102/base/", protocol="predict", weight=0)
-    consumer = make("consumer", name="demo", allowed_models=["chat-demo"])
+    consumer = make("consumer", name="demo", allowed_models=["chat-demo"],
+                    attributes={"user_type": "vip", "tier": 2})
     key = make("key", consumer_id=consumer["id"], expires_at=1893456000)
 
     snap = snapshot(api)
@@ -40,7 +41,8 @@ def test_snapshot_matches_configuration(api, make):
              "base_path": "/base", "weight": 0},
         ]}}
     assert snap["consumers"] == {str(consumer["id"]): {
-        "id": consumer["id"], "name": "demo", "allowed_models": ["chat-demo"]}}
+        "id": consumer["id"], "name": "demo", "allowed_models": ["chat-demo"],
+        "attributes": {"user_type": "vip", "tier": 2}}}
     digest = hashlib.sha256(key["key"].encode()).hexdigest()
     assert snap["keys"] == {digest: {"id": key["id"], "consumer_id": consumer["id"],
                                      "prefix": key["prefix"], "expires_at": 1893456000}}

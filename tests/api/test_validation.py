@@ -104,3 +104,13 @@ def test_bodies_that_are_not_json_objects_are_400(body, offline_api):
 def test_json_without_content_type_is_accepted(api):
     resp = api("post", "/models", data=b'{"name": "plain"}')
     assert resp.status_code == 201
+
+
+def test_consumer_attributes_must_be_flat_scalars(api):
+    for bad in ([], {"a": {"nested": 1}}, {"bad key": 1}, {"a": [1]}, "vip"):
+        resp = api("post", "/consumers", json={"name": "c", "attributes": bad})
+        assert resp.status_code == 422, bad
+        assert "attributes" in resp.get_json()["error"]["fields"]
+    ok = api("post", "/consumers", json={"name": "c", "attributes": {"user_type": "vip"}})
+    assert ok.status_code == 201
+    assert ok.get_json()["attributes"] == {"user_type": "vip"}
