@@ -117,6 +117,9 @@ class Stack:
 
         info = {
             "gateway_url": self.gateway.url,
+            # Prometheus text format; needs Authorization: Bearer <gateway_token>
+            "metrics_url": self.gateway.internal_url + "/metrics",
+            "gateway_token": creds["gateway_token"],
             "admin_url": admin_url,
             "admin_token": creds["admin_token"],
             "demo_api_key": demo_key,
@@ -206,6 +209,7 @@ def _banner(info: dict) -> str:
 Sluice is up.
   gateway    {info['gateway_url']}
   admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
+  metrics    {info['metrics_url']}   (Authorization: Bearer <gateway_token>)
   demo key   {info['demo_api_key']}
   models     {', '.join(info['demo_models'])}
   logs       {info['logs']}

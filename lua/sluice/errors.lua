@@ -77,6 +77,7 @@ function _M.exit(status, err_type, message, extra)
         error("status must be a number", 2)
     end
     ngx.status = status
+    ngx_var.sluice_error_type = err_type or _M.type_for(status)
     ngx_header["Content-Type"] = "application/json"
     if extra and extra.retry_after then
         ngx_header["Retry-After"] = extra.retry_after

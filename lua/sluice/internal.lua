@@ -1,9 +1,11 @@
 -- The internal listener (docs/contracts.md, "Gateway internal listener"):
 --   POST /internal/snapshot   take a snapshot push
 --   GET  /internal/snapshot   the version served, when and from where
+--   GET  /metrics             Prometheus text format (sluice.metrics)
 -- Every call needs `Authorization: Bearer <gateway token>`.
 local config = require("sluice.config")
 local errors = require("sluice.errors")
+local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -18,6 +20,11 @@ local bit_bxor = require("bit").bxor
 local _M = {}
 
 local token
+
+metrics.register("sluice_snapshot_version", "gauge",
+                 "Version of the snapshot this gateway serves (0: none).")
+metrics.register("sluice_snapshot_age_seconds", "gauge",
+                 "Seconds since the served snapshot was loaded (push or last-known-good).")
 
 function _M.init(t)
     if type(t) ~= "string" or #t < 16 then
@@ -80,9 +87,29 @@ local function push_snapshot()
     return errors.json(200, { version = version })
 end
 
+-- The snapshot gauges are set at scrape time; everything else is counted per request.
+local function serve_metrics()
+    local st = config.status()
+    metrics.set("sluice_snapshot_version", st.version)
+    if type(st.loaded_at) == "number" then
+        metrics.set("sluice_snapshot_age_seconds", ngx.now() - st.loaded_at)
+    end
+    ngx.status = 200
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+    ngx.print(metrics.render())
+    return ngx.exit(200)
+end
+
 function _M.handle()
     check_token()
     local uri, method = ngx_var.uri, ngx_req.get_method()
+    if uri == "/metrics" then
+        if method == "GET" then
+            return serve_metrics()
+        end
+        ngx.header["Allow"] = "GET"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET")
+    end
     if uri == "/internal/snapshot" then
         if method == "POST" then
             return push_snapshot()

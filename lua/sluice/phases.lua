@@ -7,6 +7,7 @@ local auth = require("sluice.auth")
 local router = require("sluice.router")
 local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
+local observe = require("sluice.observe")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -72,6 +73,7 @@ function _M.access()
     if not consumer then
         return errors.exit(status, err_type, msg)
     end
+    observe.consumer(consumer)
 
     local model_name
     model_name, status, err_type, msg = router.model_name(endpoint, path_model)
@@ -84,6 +86,7 @@ function _M.access()
     if not pool then
         return errors.exit(model, err_type, msg)
     end
+    observe.model(model)
     if not auth.allowed(consumer, model_name) then
         return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
     end
@@ -96,6 +99,7 @@ function _M.access()
     ctx.model = model
     ctx.consumer = consumer
     ctx.attributes = consumer.attributes   -- JWT claims will be merged over these
+    observe.backend(backend)
 
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path, so the URI still fits.
@@ -105,7 +109,10 @@ end
 
 function _M.balancer()
     local ctx = ngx.ctx
-    return balancer.balance(ctx, ctx.model)
+    balancer.balance(ctx, ctx.model)
+    if (ctx.tries or 1) > 1 then
+        observe.retried(ctx)
+    end
 end
 
 function _M.header_filter()
@@ -116,6 +123,7 @@ function _M.header_filter()
 end
 
 function _M.log()
+    observe.log()
 end
 
 function _M.internal()
@@ -160,6 +168,7 @@ function _M.error_page()
         status = 500
     end
     ngx.status = status
+    ngx_var.sluice_error_type = err_type or errors.type_for(status)
     ngx_header["Content-Type"] = "application/json"
     ngx_header["Content-Length"] = nil
     ngx.print(errors.body(status, err_type, msg), "\n")

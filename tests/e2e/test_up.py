@@ -89,6 +89,10 @@ def test_up_serves_prints_how_and_stops_everything(var):
                                    "messages": [{"role": "user", "content": "hi"}]})
         assert resp.status_code == 200, resp.text
         assert resp.json()["choices"][0]["message"]["content"] == "echo: hi"
+        metrics = requests.get(info["metrics_url"], timeout=5,
+                               headers={"Authorization": f"Bearer {info['gateway_token']}"})
+        assert metrics.status_code == 200
+        assert f'sluice_requests_total{{model="{chat_model}",' in metrics.text
         models = requests.get(info["admin_url"] + "/models", timeout=5,
                               headers={"Authorization": f"Bearer {info['admin_token']}"})
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])

@@ -1,0 +1,263 @@
+-- Prometheus metrics of the gateway: counters, gauges and histograms kept in the
+-- sluice_metrics shared dict (so every worker adds to the same numbers), rendered in
+-- the text exposition format by GET /metrics on the internal listener.
+--
+--   metrics.inc("sluice_requests_total", 1, model, backend, status, plan)
+--   metrics.observe("sluice_request_duration_seconds", 0.042, model, backend)
+--   metrics.set("sluice_backend_weight", 250, model, backend)
+--
+-- Label values are positional, in the order the family declares its labels (at most
+-- 4). The dict key of each series is built once per worker and cached in nested
+-- tables keyed by the label values, so a request costs table lookups and dict
+-- increments, not string building. Label values must come from bounded sets (the
+-- snapshot's names, statuses), never straight from the request.
+local ngx = ngx
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local ngx_now = ngx.now
+local str_gsub = string.gsub
+local str_find = string.find
+local str_sub = string.sub
+local tostring = tostring
+local tonumber = tonumber
+local type = type
+local pairs = pairs
+local ipairs = ipairs
+local concat = table.concat
+local sort = table.sort
+
+local dict = ngx.shared.sluice_metrics
+
+local SEP = "\1"            -- family SEP labels SEP suffix: cannot occur in a rendered label
+local MAX_CACHED = 20000    -- worker-local series keys before the cache starts over
+local LATENCY_BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 }
+
+local _M = {}
+
+-- name -> { type, help, labels = {...}, buckets = {...} (histograms) }
+local families = {}
+_M.families = families
+
+-- Declare a metric family. Every family a module uses is declared when it loads
+-- (all modules load in the init phase, so every worker knows every family).
+function _M.register(name, mtype, help, labels, buckets)
+    if type(name) ~= "string" or not name:find("^[a-zA-Z_:][a-zA-Z0-9_:]*$") then
+        error("metric name must match [a-zA-Z_:][a-zA-Z0-9_:]*", 2)
+    end
+    if mtype ~= "counter" and mtype ~= "gauge" and mtype ~= "histogram" then
+        error("metric type must be counter, gauge or histogram", 2)
+    end
+    if #(labels or {}) > 4 then
+        error("at most 4 labels per family", 2)
+    end
+    if mtype == "histogram" and not buckets then
+        buckets = LATENCY_BUCKETS
+    end
+    local le = {}
+    for i, b in ipairs(buckets or {}) do
+        le[i] = tostring(b)
+    end
+    le[#le + 1] = "+Inf"
+    families[name] = { type = mtype, help = help, labels = labels or {}, buckets = buckets,
+                       le = le, keys = {}, cached = 0 }
+end
+
+-- The families the skeleton feeds. Other modules register theirs next to their code.
+_M.register("sluice_requests_total", "counter",
+            "Requests answered by the public listener.",
+            { "model", "backend", "status", "plan" })
+_M.register("sluice_request_duration_seconds", "histogram",
+            "Time from the first byte of the request to the last byte of the answer.",
+            { "model", "backend" })
+_M.register("sluice_upstream_duration_seconds", "histogram",
+            "Time spent with backends (all attempts) for requests that reached one.",
+            { "model", "backend" })
+_M.register("sluice_upstream_retries_total", "counter",
+            "Requests that were tried on a second backend after a connect failure.",
+            { "model" })
+
+-- Prometheus label value escaping; control characters would break the dict key
+-- layout and the exposition format, so they become "?".
+local function escape(v)
+    v = tostring(v)
+    if str_find(v, '[%c\\"]') then
+        v = str_gsub(v, "\\", "\\\\")
+        v = str_gsub(v, '"', '\\"')
+        v = str_gsub(v, "%c", "?")
+    end
+    return v
+end
+
+local function label_string(fam, a, b, c, d)
+    local names = fam.labels
+    local vals = { a, b, c, d }
+    local parts = {}
+    for i = 1, #names do
+        local v = vals[i]
+        parts[i] = names[i] .. '="' .. (v == nil and "" or escape(v)) .. '"'
+    end
+    return concat(parts, ",")
+end
+
+local function build_key(name, fam, a, b, c, d)
+    local prefix = name .. SEP .. label_string(fam, a, b, c, d) .. SEP
+    if fam.type ~= "histogram" then
+        return prefix
+    end
+    -- histogram: one key per bucket (non-cumulative, summed when rendered), sum, count
+    local keys = {}
+    for i = 1, #fam.le do
+        keys[i] = prefix .. i
+    end
+    keys.sum = prefix .. "sum"
+    keys.count = prefix .. "count"
+    return keys
+end
+
+-- The cached key of one series: fam.keys[a][b][c][d]; nil labels read as "".
+local function key_for(name, a, b, c, d)
+    local fam = families[name]
+    if not fam then
+        error("unknown metric " .. tostring(name), 3)
+    end
+    local n = #fam.labels
+    local node = fam.keys
+    local vals_a, vals_b, vals_c, vals_d = a or "", b or "", c or "", d or ""
+    local path = { vals_a, vals_b, vals_c, vals_d }
+    for i = 1, n - 1 do
+        local child = node[path[i]]
+        if not child then
+            child = {}
+            node[path[i]] = child
+        end
+        node = child
+    end
+    local leaf = n == 0 and "" or path[n]
+    local key = node[leaf]
+    if key then
+        return key, fam
+    end
+    if fam.cached >= MAX_CACHED then
+        -- bounded labels make this rare (a long-lived worker after many config changes)
+        fam.keys, fam.cached = {}, 0
+        return key_for(name, a, b, c, d)
+    end
+    key = build_key(name, fam, vals_a, vals_b, vals_c, vals_d)
+    node[leaf] = key
+    fam.cached = fam.cached + 1
+    return key, fam
+end
+
+local last_full_log = 0
+
+local function add(key, value)
+    local _, err = dict:incr(key, value, 0)
+    if err then
+        local now = ngx_now()
+        if now - last_full_log > 60 then
+            last_full_log = now
+            ngx_log(ERR, "metrics: failed to count ", key, ": ", err)
+        end
+    end
+end
+
+-- Add `value` (default 1) to a counter.
+function _M.inc(name, value, a, b, c, d)
+    add(key_for(name, a, b, c, d), value or 1)
+end
+
+-- Set a gauge.
+function _M.set(name, value, a, b, c, d)
+    dict:set(key_for(name, a, b, c, d), value)
+end
+
+-- Record one observation in a histogram.
+function _M.observe(name, value, a, b, c, d)
+    local keys, fam = key_for(name, a, b, c, d)
+    local buckets = fam.buckets
+    local i = 1
+    local n = #buckets
+    while i <= n and value > buckets[i] do
+        i = i + 1
+    end
+    add(keys[i], 1)
+    add(keys.sum, value)
+    add(keys.count, 1)
+end
+
+local function fmt(v)
+    if v == math.huge then return "+Inf" end
+    if v ~= v then return "NaN" end
+    if v == -math.huge then return "-Inf" end
+    return tostring(v)
+end
+
+local function render_family(out, name, fam, series)
+    out[#out + 1] = "# HELP " .. name .. " " .. fam.help
+    out[#out + 1] = "# TYPE " .. name .. " " .. fam.type
+    local labelsets = {}
+    for ls in pairs(series) do
+        labelsets[#labelsets + 1] = ls
+    end
+    sort(labelsets)
+    for _, ls in ipairs(labelsets) do
+        local s = series[ls]
+        local braced = ls == "" and "" or "{" .. ls .. "}"
+        if fam.type ~= "histogram" then
+            out[#out + 1] = name .. braced .. " " .. fmt(s[""] or 0)
+        else
+            local sep = ls == "" and "" or ","
+            local cum = 0
+            for i, le in ipairs(fam.le) do
+                cum = cum + (s[tostring(i)] or 0)
+                out[#out + 1] = name .. "_bucket{" .. ls .. sep .. 'le="' .. le .. '"} '
+                                .. fmt(cum)
+            end
+            out[#out + 1] = name .. "_sum" .. braced .. " " .. fmt(s.sum or 0)
+            out[#out + 1] = name .. "_count" .. braced .. " " .. fmt(s.count or 0)
+        end
+    end
+end
+
+-- The exposition text: every declared family with what the dict holds.
+function _M.render()
+    local by_family = {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        local s1 = str_find(key, SEP, 1, true)
+        local s2 = s1 and str_find(key, SEP, s1 + 1, true)
+        if s2 then
+            local name = str_sub(key, 1, s1 - 1)
+            local ls = str_sub(key, s1 + 1, s2 - 1)
+            local suffix = str_sub(key, s2 + 1)
+            local v = tonumber(dict:get(key))
+            if families[name] and v then
+                local series = by_family[name]
+                if not series then
+                    series = {}
+                    by_family[name] = series
+                end
+                local s = series[ls]
+                if not s then
+                    s = {}
+                    series[ls] = s
+                end
+                s[suffix] = v
+            end
+        end
+    end
+    local names = {}
+    for name in pairs(families) do
+        names[#names + 1] = name
+    end
+    sort(names)
+    local out = {}
+    for _, name in ipairs(names) do
+        render_family(out, name, families[name], by_family[name] or {})
+    end
+    out[#out + 1] = ""
+    return concat(out, "\n")
+end
+
+_M.escape = escape
+
+return _M

@@ -1,0 +1,134 @@
+"""Gateway observability: /metrics on the internal listener (checked with the real
+Prometheus parser) and one JSON access-log line per public request."""
+from __future__ import annotations
+
+import json
+import time
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(gw) -> dict:
+    """name -> list of samples, parsed by prometheus_client's parser."""
+    r = requests.get(gw.internal_url + "/metrics", timeout=5,
+                     headers={"Authorization": f"Bearer {gw.cfg.token}"})
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    found = [s.value for s in samples.get(name, [])
+             if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+
+
+def access_lines(gw, expected: int, timeout: float = 10.0) -> list[dict]:
+    """The JSON lines of logs/access.log once `expected` of them are there (the log
+    is buffered: flush=1s)."""
+    path = gw.prefix / "logs" / "access.log"
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text() if path.exists() else ""
+        lines = [json.loads(line) for line in text.splitlines()]
+        if len(lines) >= expected or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.2)
+
+
+def test_metrics_need_the_token(gateway, helpers):
+    r = requests.get(gateway.internal_url + "/metrics", timeout=5)
+    helpers.assert_error(r, 401, "unauthorized")
+    r = requests.get(gateway.internal_url + "/metrics", timeout=5,
+                     headers={"Authorization": "Bearer wrong-token-wrong-token"})
+    helpers.assert_error(r, 403, "forbidden")
+    r = requests.post(gateway.internal_url + "/metrics", timeout=5,
+                      headers={"Authorization": f"Bearer {gateway.cfg.token}"})
+    helpers.assert_error(r, 405, "method_not_allowed")
+
+
+def test_requests_latency_and_snapshot_metrics(gateway, backends, helpers, dead_port):
+    snap = helpers.make_snapshot(7, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
+        "dead-demo": (5000, [{**backends["openai-b"].entry(2, name="dead-b"),
+                              "port": dead_port}]),
+    })
+    assert gateway.push(snap).status_code == 200
+    empty = scrape(gateway)
+    assert value(empty, "sluice_snapshot_version") == 7
+    assert 0 <= value(empty, "sluice_snapshot_age_seconds") < 60
+
+    for _ in range(5):
+        assert helpers.chat(gateway).status_code == 200
+    helpers.assert_error(helpers.chat(gateway, key="sk-wrong-0123456789"), 403, "forbidden")
+    helpers.assert_error(helpers.chat(gateway, model="no-such-model-x1"), 404, "not_found")
+    helpers.assert_error(helpers.chat(gateway, model="dead-demo"), 502, "backend_error")
+
+    m = scrape(gateway)
+    ok = dict(model="chat-demo", backend="openai-a", plan="none")
+    assert value(m, "sluice_requests_total", status="200", **ok) == 5
+    assert value(m, "sluice_requests_total", status="403", model="", backend="") == 1
+    # an unknown model name from the caller never becomes a label value
+    assert value(m, "sluice_requests_total", status="404", model="", backend="") == 1
+    assert "no-such-model-x1" not in json.dumps([s.labels for v in m.values() for s in v])
+    # error_page's redirect keeps what the access phase learnt
+    assert value(m, "sluice_requests_total", status="502", model="dead-demo",
+                 backend="dead-b", plan="none") == 1
+
+    for fam in ("sluice_request_duration_seconds", "sluice_upstream_duration_seconds"):
+        count = value(m, fam + "_count", model="chat-demo", backend="openai-a")
+        assert count == 5
+        buckets = sorted((float(s.labels["le"]), s.value) for s in m[fam + "_bucket"]
+                         if s.labels["model"] == "chat-demo")
+        assert buckets[-1] == (float("inf"), 5)
+        assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))  # cumulative
+        assert 0 < value(m, fam + "_sum", model="chat-demo", backend="openai-a") < 5 * 5
+    # the total also covers requests refused before any backend
+    assert value(m, "sluice_request_duration_seconds_count", model="", backend="") == 2
+
+
+def test_one_json_line_per_request_without_secrets(served, helpers):
+    ids = [f"req-observe-{i}" for i in range(3)]
+    for rid in ids:
+        assert helpers.chat(served, headers={"X-Request-Id": rid}).status_code == 200
+    r = requests.post(served.url + "/v1/models/predict-demo/predict", timeout=10,
+                      json={"instances": ["x"]},
+                      headers={"X-API-Key": helpers.KEY_LIMITED, "X-Request-Id": "req-observe-403"})
+    helpers.assert_error(r, 403, "forbidden")
+    lines = access_lines(served, 4)
+    # each worker has its own buffer: lines of two workers may interleave
+    lines.sort(key=lambda line: line["request_id"])
+    assert [line["request_id"] for line in lines] == ids + ["req-observe-403"]
+    first = lines[0]
+    assert first["consumer"] == "alice" and first["model"] == "chat-demo"
+    assert first["backend"] == "openai-a" and first["status"] == "200"
+    assert first["plan"] == "none" and first["error_type"] == ""
+    assert first["path"] == "/v1/chat/completions" and first["method"] == "POST"
+    assert int(first["latency_ms"]) >= 0 and int(first["upstream_ms"]) >= 0
+    assert int(first["latency_ms"]) >= int(first["upstream_ms"])
+    assert float(first["time"]) > time.time() - 60
+    refused = lines[3]
+    assert refused["status"] == "403" and refused["error_type"] == "forbidden"
+    # bob may not use predict-demo: the line says who and what
+    assert refused["model"] == "predict-demo" and refused["consumer"] == "bob" and refused["path"] == "/v1/models/predict-demo/predict"
+    assert refused["upstream_ms"] == ""
+    text = (served.prefix / "logs" / "access.log").read_text()
+    for secret in (helpers.KEY, helpers.KEY_LIMITED, served.cfg.token):
+        assert secret not in text
+
+
+def test_internal_listener_is_not_logged(served, helpers):
+    served.snapshot_status()
+    assert helpers.chat(served).status_code == 200
+    lines = access_lines(served, 1)
+    time.sleep(1.5)   # one more flush interval: nothing else may appear
+    lines = access_lines(served, 1)
+    assert len(lines) == 1 and lines[0]["path"] == "/v1/chat/completions"
+    m = scrape(served)
+    assert sum(s.value for s in m["sluice_requests_total"]) == 1
