@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey,
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey,
                         Integer, MetaData, String, Text, func)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -59,6 +59,9 @@ class Backend(Timestamps, Base):
     protocol: Mapped[str] = mapped_column(String(32))
     weight: Mapped[int] = mapped_column(Integer, default=100, server_default="100")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    # The Authorization value the gateway sends to this backend (the caller's never
+    # reaches it). A secret: write-only in the admin API.
+    auth_header: Mapped[str | None] = mapped_column(Text)
 
     model: Mapped[Model] = relationship(back_populates="backends")
 
@@ -79,9 +82,50 @@ class Consumer(Timestamps, Base):
     # conditions can test; JWT claims are merged over them per request.
     attributes: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    # NULL: no limits at all (trusted internal callers).
+    plan_id: Mapped[int | None] = mapped_column(
+        ForeignKey("plans.id", ondelete="RESTRICT"), index=True)
 
     keys: Mapped[list[ApiKey]] = relationship(
         back_populates="consumer", passive_deletes=True, order_by="ApiKey.id")
+
+
+class Plan(Timestamps, Base):
+    """What a consumer may do: a token bucket (rate, burst), concurrent requests, and
+    request and token quotas. NULL limits are unlimited. `model_overrides` maps a model
+    name to any of the limit fields, replacing the plan's value for that model."""
+    __tablename__ = "plans"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    rate_per_second: Mapped[float] = mapped_column(Float, default=100, server_default="100")
+    burst: Mapped[int | None] = mapped_column(Integer)   # NULL: one second's worth
+    max_concurrent: Mapped[int | None] = mapped_column(Integer)
+    daily_requests: Mapped[int | None] = mapped_column(BigInteger)
+    monthly_requests: Mapped[int | None] = mapped_column(BigInteger)
+    monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    model_overrides: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
+
+    __table_args__ = (CheckConstraint("rate_per_second > 0", name="rate_positive"),)
+
+
+class JwtIssuer(Timestamps, Base):
+    """Public keys that sign callers' JWTs, with the checks that go with them.
+
+    `keys` is a list of {"kid": str | None, "alg": "RS256" | "ES256", "pem": str},
+    parsed from a PEM or a JWKS by the admin API. The claim `consumer_claim` (default
+    `sub`) names the consumer; other claims become per-request attributes."""
+    __tablename__ = "jwt_issuers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    keys: Mapped[list] = mapped_column(JSONB)
+    issuer: Mapped[str | None] = mapped_column(String(512))
+    audience: Mapped[str | None] = mapped_column(String(512))
+    consumer_claim: Mapped[str] = mapped_column(String(64), default="sub",
+                                                server_default="sub")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ApiKey(Timestamps, Base):

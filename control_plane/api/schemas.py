@@ -7,9 +7,13 @@ from typing import Any
 from control_plane.api import validation as v
 from control_plane.api.validation import Field
 from control_plane.models import (MAX_WEIGHT, PROTOCOLS, ApiKey, Backend, Consumer,
-                                  Gateway, Model)
+                                  Gateway, JwtIssuer, Model, Plan)
+from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
+MAX_RATE = 1_000_000.0
+MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
+MAX_AUTH_HEADER = 4096
 COMMON_READ_ONLY = ("id", "created_at", "updated_at")
 
 
@@ -51,12 +55,16 @@ class BackendSchema(Schema):
         "protocol": Field(v.one_of(*PROTOCOLS), required=True),
         "weight": Field(v.integer(0, MAX_WEIGHT)),
         "enabled": Field(v.boolean),
+        # write-only: rendered as auth_header_set
+        "auth_header": Field(v.header_value(MAX_AUTH_HEADER), nullable=True),
     }
-    update = {k: Field(f.parse) for k, f in create.items()}
+    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+    read_only = COMMON_READ_ONLY + ("auth_header_set",)
 
     def render(self, b: Backend) -> dict[str, Any]:
         return {"id": b.id, "name": b.name, "model_id": b.model_id, "url": b.url,
                 "protocol": b.protocol, "weight": b.weight, "enabled": b.enabled,
+                "auth_header_set": b.auth_header is not None,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
 
 
@@ -65,15 +73,47 @@ class ConsumerSchema(Schema):
         "name": Field(v.name, required=True),
         "allowed_models": Field(v.name_list, nullable=True),
         "attributes": Field(v.attributes),
+        "plan_id": Field(v.identifier, nullable=True),
         "enabled": Field(v.boolean),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
     def render(self, c: Consumer) -> dict[str, Any]:
         return {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
-                "attributes": c.attributes,
+                "attributes": c.attributes, "plan_id": c.plan_id,
                 "enabled": c.enabled, "created_at": iso(c.created_at),
                 "updated_at": iso(c.updated_at)}
+
+
+_count = v.integer(1, MAX_COUNT)
+PLAN_LIMITS = {
+    "rate_per_second": v.number(0.001, MAX_RATE),
+    "burst": v.integer(1, 1_000_000_000),
+    "daily_requests": _count,
+    "monthly_requests": _count,
+    "monthly_tokens": _count,
+}
+
+
+class PlanSchema(Schema):
+    create = {
+        "name": Field(v.name, required=True),
+        "rate_per_second": Field(PLAN_LIMITS["rate_per_second"]),
+        "burst": Field(PLAN_LIMITS["burst"], nullable=True),
+        "max_concurrent": Field(v.integer(1, 1_000_000), nullable=True),
+        "daily_requests": Field(_count, nullable=True),
+        "monthly_requests": Field(_count, nullable=True),
+        "monthly_tokens": Field(_count, nullable=True),
+        "model_overrides": Field(v.object_of(PLAN_LIMITS)),
+    }
+    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+
+    def render(self, p: Plan) -> dict[str, Any]:
+        return {"id": p.id, "name": p.name, "rate_per_second": p.rate_per_second,
+                "burst": p.burst, "max_concurrent": p.max_concurrent,
+                "daily_requests": p.daily_requests, "monthly_requests": p.monthly_requests,
+                "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
+                "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 
 class KeySchema(Schema):
@@ -106,3 +146,51 @@ class GatewaySchema(Schema):
                 "acked_version": g.acked_version, "last_push_at": iso(g.last_push_at),
                 "last_error": g.last_error, "created_at": iso(g.created_at),
                 "updated_at": iso(g.updated_at)}
+
+
+def _keys(parse):
+    def wrapped(value: Any) -> list[dict[str, Any]]:
+        try:
+            return parse(value)
+        except jwt_keys.KeyError_ as exc:
+            raise ValueError(str(exc)) from None
+    return wrapped
+
+
+class JwtIssuerSchema(Schema):
+    """`pem` or `jwks` in, the parsed `keys` out (kid, alg and PEM of each)."""
+    create = {
+        "name": Field(v.name, required=True),
+        "pem": Field(_keys(jwt_keys.from_pem)),
+        "jwks": Field(_keys(jwt_keys.from_jwks)),
+        "issuer": Field(v.text(512), nullable=True),
+        "audience": Field(v.text(512), nullable=True),
+        "consumer_claim": Field(v.claim_name),
+        "enabled": Field(v.boolean),
+        "expires_at": Field(v.timestamp, nullable=True),
+    }
+    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+    read_only = COMMON_READ_ONLY + ("keys",)
+
+    @staticmethod
+    def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
+        """Fold `pem` / `jwks` into the `keys` column; exactly one on create."""
+        given = [f for f in ("pem", "jwks") if f in data]
+        if len(given) > 1:
+            raise v.ValidationError({"jwks": "give either pem or jwks, not both"})
+        if not given:
+            if partial:
+                return data
+            raise v.ValidationError({"pem": "pem or jwks is required"})
+        row = dict(data)
+        row["keys"] = row.pop(given[0])
+        return row
+
+    def render(self, j: JwtIssuer) -> dict[str, Any]:
+        return {"id": j.id, "name": j.name,
+                "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]}
+                         for k in j.keys],
+                "issuer": j.issuer, "audience": j.audience,
+                "consumer_claim": j.consumer_claim, "enabled": j.enabled,
+                "expires_at": iso(j.expires_at), "created_at": iso(j.created_at),
+                "updated_at": iso(j.updated_at)}

@@ -132,6 +132,40 @@ def attributes(value: Any) -> dict[str, Any]:
     return value
 
 
+def number(lo: float, hi: float) -> Parser:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not lo <= value <= hi:
+            raise ValueError(f"must be a number between {lo:g} and {hi:g}")
+        return value
+    return parse
+
+
+def object_of(fields: Mapping[str, Parser], max_keys: int = 256) -> Parser:
+    """An object {name: {field: value}} whose inner fields are all optional."""
+    message = (f"must be an object of at most {max_keys} model names to objects with "
+               "any of: " + ", ".join(fields))
+
+    def parse(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict) or len(value) > max_keys:
+            raise ValueError(message)
+        clean: dict[str, Any] = {}
+        for key, inner in value.items():
+            if not _NAME_RE.match(key) or not isinstance(inner, dict) or not inner:
+                raise ValueError(message)
+            out = {}
+            for field, val in inner.items():
+                if field not in fields:
+                    raise ValueError(f"{key}.{field} is not a known field; " + message)
+                try:
+                    out[field] = None if val is None else fields[field](val)
+                except ValueError as exc:
+                    raise ValueError(f"{key}.{field} {exc}") from None
+            clean[key] = out
+        return clean
+    return parse
+
+
 def http_url(*, allow_path: bool) -> Parser:
     """An http:// URL with a hostname or IPv4 address, optional port and base path."""
     shape = "http://host:port[/base]" if allow_path else "http://host:port"
@@ -180,4 +214,24 @@ def timestamp(value: Any) -> datetime:
 def identifier(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
         raise ValueError("must be the integer id of an existing resource")
+    return value
+
+
+def header_value(max_len: int) -> Parser:
+    """A single-line HTTP header value (e.g. "Bearer sk-...")."""
+    def parse(value: Any) -> str:
+        if (not isinstance(value, str) or not value or len(value) > max_len
+                or any(ord(c) < 0x20 or ord(c) == 0x7f for c in value)):
+            raise ValueError(f"must be a non-empty header value of at most {max_len} "
+                             "printable characters")
+        return value
+    return parse
+
+
+_CLAIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+
+
+def claim_name(value: Any) -> str:
+    if not isinstance(value, str) or not _CLAIM_RE.match(value):
+        raise ValueError("must be a claim name of 1-64 letters, digits and _ . : -")
     return value

@@ -11,12 +11,13 @@ from sqlalchemy.orm import Session
 
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       KeySchema, ModelSchema, Schema)
+                                       JwtIssuerSchema, KeySchema, ModelSchema, PlanSchema,
+                                       Schema)
 from control_plane.api.validation import ValidationError, identifier, validate
 from control_plane.services import snapshot
 from control_plane.services.config_state import current_version
-from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MODELS,
-                                              Resource)
+from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
+                                              KEYS, MODELS, PLANS, Resource)
 
 API_PREFIX = "/api/v1"
 bp = Blueprint("api", __name__, url_prefix=API_PREFIX)
@@ -75,9 +76,13 @@ def query_filters(names: tuple[str, ...]) -> dict[str, int]:
 
 
 def register_resource(path: str, resource: Resource, schema: Schema,
-                      create_view: Callable[[], Any] | None = None) -> None:
-    """The five CRUD routes of one resource."""
-    name = path.strip("/")
+                      create_view: Callable[[], Any] | None = None,
+                      to_row: Callable[..., dict[str, Any]] | None = None) -> None:
+    """The five CRUD routes of one resource. `to_row` maps validated input to columns."""
+    name = path.strip("/").replace("-", "_")
+    if to_row is None:
+        def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
+            return data
 
     def list_() -> Response:
         rows = resource.list(db(), **query_filters(resource.filters))
@@ -85,6 +90,7 @@ def register_resource(path: str, resource: Resource, schema: Schema,
 
     def create() -> tuple[Response, int]:
         data = validate(json_body(), schema.create, read_only=schema.read_only)
+        data = to_row(data, partial=False)
         return jsonify(schema.render(resource.create(db(), data))), 201
 
     def get(id: int) -> Response:
@@ -92,6 +98,7 @@ def register_resource(path: str, resource: Resource, schema: Schema,
 
     def update(id: int) -> Response:
         data = validate(json_body(), schema.update, partial=True, read_only=schema.read_only)
+        data = to_row(data, partial=True)
         return jsonify(schema.render(resource.update(db(), id, data)))
 
     def delete(id: int) -> tuple[str, int]:
@@ -109,6 +116,9 @@ register_resource("/models", MODELS, ModelSchema())
 register_resource("/backends", BACKENDS, BackendSchema())
 register_resource("/consumers", CONSUMERS, ConsumerSchema())
 register_resource("/gateways", GATEWAYS, GatewaySchema())
+register_resource("/plans", PLANS, PlanSchema())
+register_resource("/jwt-issuers", JWT_ISSUERS, JwtIssuerSchema(),
+                  to_row=JwtIssuerSchema.to_row)
 
 _key_schema = KeySchema()
 
@@ -130,7 +140,7 @@ def config() -> Response:
 
 @bp.get("/snapshot")
 def get_snapshot() -> Response:
-    return jsonify(snapshot.build(db()))
+    return jsonify(snapshot.redacted(snapshot.build(db())))
 
 
 def init_app(app: Flask) -> None:

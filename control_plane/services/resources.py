@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.models import ApiKey, Backend, Base, Consumer, Gateway, Model
+from control_plane.models import (ApiKey, Backend, Base, Consumer, Gateway, JwtIssuer, Model,
+                                  Plan)
 from control_plane.services.config_state import bump_version
 from control_plane.services.errors import Conflict, Invalid, NotFound
 
@@ -150,6 +151,27 @@ class Backends(Resource[Backend]):
 class Consumers(Resource[Consumer]):
     model = Consumer
     label = "consumer"
+    filters = ("plan_id",)
+
+    def _check(self, session: Session, data: Mapping[str, Any]) -> None:
+        _require_row(session, Plan, data.get("plan_id"), "plan_id", "plan")
+
+
+class Plans(Resource[Plan]):
+    model = Plan
+    label = "plan"
+
+    def _before_delete(self, session: Session, obj: Plan) -> None:
+        count = session.scalar(select(func.count()).select_from(Consumer)
+                               .where(Consumer.plan_id == obj.id))
+        if count:
+            raise Conflict(f"plan {obj.name!r} still has {count} consumer(s); "
+                           "move them to another plan first")
+
+
+class JwtIssuers(Resource[JwtIssuer]):
+    model = JwtIssuer
+    label = "JWT issuer"
 
 
 class ApiKeys(Resource[ApiKey]):
@@ -191,5 +213,7 @@ class Gateways(Resource[Gateway]):
 MODELS = Models()
 BACKENDS = Backends()
 CONSUMERS = Consumers()
+PLANS = Plans()
+JWT_ISSUERS = JwtIssuers()
 KEYS = ApiKeys()
 GATEWAYS = Gateways()

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane.models import ApiKey, Backend, Consumer, Model
+from control_plane.models import ApiKey, Backend, Consumer, JwtIssuer, Model, Plan
 from control_plane.services.config_state import current_version
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,37 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         "host_header": f"{host}:{parts.port}" if parts.port else host,
         "base_path": parts.path.rstrip("/"),
         "weight": backend.weight,
+        **({"auth_header": backend.auth_header} if backend.auth_header else {}),
     }
+
+
+PLAN_FIELDS = ("rate_per_second", "burst", "max_concurrent", "daily_requests",
+               "monthly_requests", "monthly_tokens")
+
+
+def plan_entry(plan: Plan) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": plan.id, "name": plan.name}
+    for field in PLAN_FIELDS:
+        entry[field] = getattr(plan, field)
+    entry["models"] = plan.model_overrides or {}
+    return entry
+
+
+def jwt_entry(issuer: JwtIssuer) -> dict[str, Any]:
+    return {"id": issuer.id, "name": issuer.name, "issuer": issuer.issuer,
+            "audience": issuer.audience, "consumer_claim": issuer.consumer_claim,
+            "expires_at": _unix(issuer.expires_at),
+            "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]}
+                     for k in issuer.keys]}
+
+
+def redacted(snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot as the admin API shows it: backend credentials replaced by "set"."""
+    for model in snap["models"].values():
+        for backend in model["backends"]:
+            if "auth_header" in backend:
+                backend["auth_header"] = "<set>"
+    return snap
 
 
 def _unix(dt: datetime | None) -> int | None:
@@ -81,7 +111,7 @@ def build(session: Session) -> dict[str, Any]:
 
     consumers = {
         str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
-                    "attributes": c.attributes or {}}
+                    "attributes": c.attributes or {}, "plan_id": c.plan_id}
         for c in session.scalars(select(Consumer).where(Consumer.enabled).order_by(Consumer.id))
     }
 
@@ -93,10 +123,19 @@ def build(session: Session) -> dict[str, Any]:
             .where(ApiKey.enabled, Consumer.enabled).order_by(ApiKey.id))
     }
 
+    plans = {str(p.id): plan_entry(p)
+             for p in session.scalars(select(Plan).order_by(Plan.id))}
+
+    jwt = {str(j.id): jwt_entry(j)
+           for j in session.scalars(select(JwtIssuer).where(JwtIssuer.enabled)
+                                    .order_by(JwtIssuer.id))}
+
     return {
         "version": version,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "models": models,
         "consumers": consumers,
         "keys": keys,
+        "plans": plans,
+        "jwt": jwt,
     }

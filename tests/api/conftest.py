@@ -76,6 +76,8 @@ def make(api):
         elif kind == "key":
             consumer_id = fields.pop("consumer_id", None) or create("consumer")["id"]
             body = {"consumer_id": consumer_id, **fields}
+        elif kind in ("plan", "jwt-issuer"):
+            body = {"name": f"{kind}-{n}", **fields}
         elif kind == "gateway":
             body = {"name": f"gw-{n}", "internal_url": f"http://127.0.0.1:{9180 + n}",
                     **fields}

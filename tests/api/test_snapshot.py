@@ -16,6 +16,7 @@ def test_empty_snapshot(api):
     assert snap["version"] == 1
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", snap["generated_at"])
     assert (snap["models"], snap["consumers"], snap["keys"]) == ({}, {}, {})
+    assert (snap["plans"], snap["jwt"]) == ({}, {})
 
 
 def test_snapshot_matches_configuration(api, make):
@@ -42,7 +43,7 @@ def test_snapshot_matches_configuration(api, make):
         ]}}
     assert snap["consumers"] == {str(consumer["id"]): {
         "id": consumer["id"], "name": "demo", "allowed_models": ["chat-demo"],
-        "attributes": {"user_type": "vip", "tier": 2}}}
+        "attributes": {"user_type": "vip", "tier": 2}, "plan_id": None}}
     digest = hashlib.sha256(key["key"].encode()).hexdigest()
     assert snap["keys"] == {digest: {"id": key["id"], "consumer_id": consumer["id"],
                                      "prefix": key["prefix"], "expires_at": 1893456000}}

@@ -1,0 +1,130 @@
+"""Plans, JWT issuers and backend credentials through the admin API and into the
+snapshot."""
+from __future__ import annotations
+
+import json
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+
+def _pem(public_key) -> str:
+    return public_key.public_bytes(serialization.Encoding.PEM,
+                                   serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def test_plan_crud_and_snapshot(api, make):
+    plan = make("plan", name="gold", rate_per_second=5, burst=10, max_concurrent=3,
+                daily_requests=1000, monthly_tokens=50000,
+                model_overrides={"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}})
+    assert plan["monthly_requests"] is None
+    consumer = make("consumer", name="c1", plan_id=plan["id"])
+    assert consumer["plan_id"] == plan["id"]
+
+    snap = api("get", "/snapshot").get_json()
+    assert snap["plans"] == {str(plan["id"]): {
+        "id": plan["id"], "name": "gold", "rate_per_second": 5, "burst": 10,
+        "max_concurrent": 3, "daily_requests": 1000, "monthly_requests": None,
+        "monthly_tokens": 50000,
+        "models": {"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}}}}
+    assert snap["consumers"][str(consumer["id"])]["plan_id"] == plan["id"]
+
+    # a plan in use cannot go; once free it can
+    r = api("delete", f"/plans/{plan['id']}")
+    assert r.status_code == 409, r.get_json()
+    assert api("patch", f"/consumers/{consumer['id']}", json={"plan_id": None}).status_code == 200
+    assert api("delete", f"/plans/{plan['id']}").status_code == 204
+
+
+def test_plan_defaults_to_100_per_second(make):
+    plan = make("plan", name="default")
+    assert plan["rate_per_second"] == 100 and plan["burst"] is None
+
+
+def test_plan_validation(api, make):
+    r = api("post", "/plans", json={"name": "x", "rate_per_second": 0, "burst": "many",
+                                    "model_overrides": {"m": {"colour": 1}}})
+    assert r.status_code == 422
+    fields = r.get_json()["error"]["fields"]
+    assert set(fields) == {"rate_per_second", "burst", "model_overrides"}
+    r = api("post", "/consumers", json={"name": "c", "plan_id": 999})
+    assert r.status_code == 422
+    assert "plan_id" in r.get_json()["error"]["fields"]
+
+
+def test_backend_auth_header_is_write_only(api, make):
+    backend = make("backend", auth_header="Bearer backend-secret-123")
+    assert backend["auth_header_set"] is True
+    assert "backend-secret-123" not in json.dumps(backend)
+    got = api("get", f"/backends/{backend['id']}").get_json()
+    assert got["auth_header_set"] is True and "auth_header" not in got
+    # the admin view of the snapshot hides it too
+    snap_text = api("get", "/snapshot").get_data(as_text=True)
+    assert "backend-secret-123" not in snap_text
+    r = api("patch", f"/backends/{backend['id']}", json={"auth_header": None})
+    assert r.get_json()["auth_header_set"] is False
+    r = api("patch", f"/backends/{backend['id']}", json={"auth_header": "a\nb"})
+    assert r.status_code == 422
+
+
+def test_backend_auth_header_in_pushed_snapshot(db_url, make):
+    from control_plane.db import make_engine, make_sessionmaker
+    from control_plane.services import snapshot
+    backend = make("backend", auth_header="Bearer backend-secret-123")
+    engine = make_engine(db_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            snap = snapshot.build(session)
+    finally:
+        engine.dispose()
+    entries = [b for m in snap["models"].values() for b in m["backends"]]
+    assert [b.get("auth_header") for b in entries if b["id"] == backend["id"]] == \
+        ["Bearer backend-secret-123"]
+
+
+def test_jwt_issuer_from_pem_and_jwks(api, make):
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+    ec_key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    one = make("jwt-issuer", name="idp-pem", pem=_pem(rsa_key), issuer="https://idp",
+               audience="sluice", consumer_claim="client_id")
+    assert [(k["alg"], k["kid"]) for k in one["keys"]] == [("RS256", None)]
+
+    jwks = {"keys": [{**json.loads(RSAAlgorithm.to_jwk(rsa_key)), "kid": "r1"},
+                     {**json.loads(ECAlgorithm.to_jwk(ec_key)), "kid": "e1"}]}
+    two = make("jwt-issuer", name="idp-jwks", jwks=jwks)
+    assert [(k["alg"], k["kid"]) for k in two["keys"]] == [("RS256", "r1"), ("ES256", "e1")]
+    assert two["consumer_claim"] == "sub"
+
+    snap = api("get", "/snapshot").get_json()
+    assert snap["jwt"][str(one["id"])]["issuer"] == "https://idp"
+    assert snap["jwt"][str(one["id"])]["consumer_claim"] == "client_id"
+    assert snap["jwt"][str(two["id"])]["keys"][1]["pem"] == _pem(ec_key)
+
+    # disabled issuers leave the snapshot (revocation within one push)
+    api("patch", f"/jwt-issuers/{two['id']}", json={"enabled": False})
+    assert str(two["id"]) not in api("get", "/snapshot").get_json()["jwt"]
+
+
+def test_jwt_issuer_rejects_bad_keys(api):
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    private_pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode()
+    p384 = ec.generate_private_key(ec.SECP384R1()).public_key()
+    cases = [
+        ({"name": "a"}, "pem"),
+        ({"name": "a", "pem": "not a key"}, "pem"),
+        ({"name": "a", "pem": _pem(weak.public_key())}, "pem"),
+        ({"name": "a", "pem": private_pem}, "pem"),
+        ({"name": "a", "pem": _pem(p384)}, "pem"),
+        ({"name": "a", "jwks": {"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}}, "jwks"),
+        ({"name": "a", "jwks": {"keys": []}}, "jwks"),
+        ({"name": "a", "jwks": {"kty": "RSA", "n": "!!", "e": "AQAB"}}, "jwks"),
+        ({"name": "a", "jwks": json.loads(RSAAlgorithm.to_jwk(weak))}, "jwks"),
+        ({"name": "a", "pem": _pem(p384), "consumer_claim": "bad claim"}, "consumer_claim"),
+    ]
+    for body, field in cases:
+        r = api("post", "/jwt-issuers", json=body)
+        assert r.status_code == 422, (body, r.get_json())
+        assert field in r.get_json()["error"]["fields"], (body, r.get_json())
