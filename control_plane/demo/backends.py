@@ -13,6 +13,8 @@ Both answer ``GET /health``. Every response carries:
 - ``X-Demo-Backend``: the backend's name;
 - ``X-Demo-Saw-Authorization``: ``yes`` when the request carried ``Authorization`` or
   ``X-API-Key`` (gateway tests use it to prove the caller's key never got through);
+- ``X-Demo-Authorization-Sha256``: sha256 hex of the ``Authorization`` it received, when
+  there was one (shows which credential arrived without echoing a secret);
 - ``X-Demo-Request-Id``: the ``X-Request-Id`` the request carried, when it carried one.
 
 Fault injection, per request through request headers (they override the flags):
@@ -33,6 +35,7 @@ Run: ``python -m control_plane.demo.backends --protocol openai --port 9101``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -156,6 +159,10 @@ class DemoHandler(BaseHTTPRequestHandler):
         saw = self.headers.get("Authorization") is not None or \
             self.headers.get("X-API-Key") is not None
         self.send_header("X-Demo-Saw-Authorization", "yes" if saw else "no")
+        authorization = self.headers.get("Authorization")
+        if authorization is not None:
+            self.send_header("X-Demo-Authorization-Sha256",
+                             hashlib.sha256(authorization.encode("latin-1")).hexdigest())
         request_id = self.headers.get("X-Request-Id")
         if request_id is not None:
             self.send_header("X-Demo-Request-Id", request_id)

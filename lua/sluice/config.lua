@@ -4,6 +4,7 @@
 --   push -> validate -> dict {raw, version, gen, loaded_at, source} -> lkg/snapshot.json
 --   request -> get() -> worker-local compiled table, rebuilt only when "gen" moves
 local cjson = require("cjson.safe")
+local plans = require("sluice.plans")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -69,6 +70,10 @@ local function validate_backend(b, where)
         return where .. ".base_path: must be empty or start with /"
     end
     if not is_int(b.weight, 0) then return where .. ".weight: must be an integer >= 0" end
+    if b.auth_header ~= nil and (type(b.auth_header) ~= "string" or b.auth_header == ""
+                                 or re_find(b.auth_header, [=[[\x00-\x1f\x7f]]=], "jo")) then
+        return where .. ".auth_header: must be a non-empty single-line string"
+    end
     return nil
 end
 
@@ -108,7 +113,14 @@ function _M.validate(s)
         if c.attributes ~= nil and not is_object(c.attributes) then
             return nil, where .. ".attributes: must be an object"
         end
+        local plan_id = c.plan_id
+        if plan_id ~= nil and plan_id ~= json_null
+           and not (is_object(s.plans) and s.plans[tostring(plan_id)]) then
+            return nil, where .. ".plan_id: names no plan in plans"
+        end
     end
+    local perr = plans.validate(s.plans)
+    if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
         if type(hash) ~= "string" or not re_find(hash, [[^[0-9a-f]{64}\z]], "jo") then
@@ -147,6 +159,7 @@ local function compile(s)
                     port = b.port,
                     host_header = b.host_header or (b.host .. ":" .. b.port),
                     base_path = b.base_path or "",
+                    auth_header = b.auth_header or "",
                 }
                 pool.weights[n] = b.weight
                 pool.current[n] = 0
@@ -166,8 +179,12 @@ local function compile(s)
             allowed = {}
             for _, mname in ipairs(am) do allowed[mname] = true end
         end
-        consumers[tostring(id)] = { id = c.id, name = c.name, allowed = allowed,
-                                    attributes = c.attributes or {} }
+        local plan_id = c.plan_id
+        plan_id = plan_id ~= json_null and plan_id ~= nil and tostring(plan_id) or nil
+        local plan = plan_id and s.plans[plan_id]
+        consumers[tostring(id)] = { id = c.id, key_id = tostring(id), name = c.name,
+                                    allowed = allowed, attributes = c.attributes or {},
+                                    plan_id = plan_id, plan_name = plan and plan.name }
     end
 
     local keys = {}
@@ -180,7 +197,8 @@ local function compile(s)
         }
     end
 
-    return { version = s.version, models = models, consumers = consumers, keys = keys }
+    return { version = s.version, models = models, consumers = consumers, keys = keys,
+             plans = plans.compile(s.plans) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

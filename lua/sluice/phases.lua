@@ -8,6 +8,7 @@ local router = require("sluice.router")
 local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
 local observe = require("sluice.observe")
+local policy = require("sluice.policy")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -91,6 +92,12 @@ function _M.access()
         return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
     end
 
+    local extra
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name)
+    if status then
+        return errors.exit(status, err_type, msg, extra)
+    end
+
     local backend = balancer.choose(ctx, pool)
     if not backend then
         return errors.exit(503, "backend_unavailable",
@@ -104,6 +111,7 @@ function _M.access()
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path, so the URI still fits.
     ngx_var.sluice_upstream_host = backend.host_header
+    ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. router.upstream_path(endpoint, model_name)
 end
 
@@ -120,10 +128,12 @@ function _M.header_filter()
     if id and id ~= "" then
         ngx_header["X-Request-Id"] = id
     end
+    policy.headers(ngx.ctx)
 end
 
 function _M.log()
     observe.log()
+    policy.release()
 end
 
 function _M.internal()

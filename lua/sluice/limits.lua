@@ -1,0 +1,128 @@
+-- Rate limits, concurrency limits and request quotas, in the sluice_limits shared
+-- dict: atomic across the workers of one gateway.
+--
+-- Rate: a token bucket (rate r per second, capacity b) computed as GCRA, the
+-- "generic cell rate algorithm". A bucket is one number, its theoretical arrival
+-- time TAT (ms): the instant at which the bucket would be full again. With the
+-- emission interval T = 1000 / r, a request at `now` is admitted when
+--
+--     max(TAT, now) + T - now <= b * T          and then TAT := max(TAT, now) + T
+--
+-- which is exactly a bucket of b tokens refilled at r per second. The update must be
+-- atomic: two workers reading TAT and writing it back would both admit on the last
+-- token (lua-resty-limit-traffic's req.lua carries a FIXME for that race). Here it is
+-- done with shdict primitives that are atomic on their own:
+--
+--   1. TAT := incr(key, T, init = now, init_ttl = T): one atomic read-modify-write.
+--      The max(TAT, now) comes from the key's expiry: the key lives exactly until
+--      TAT, so a bucket whose TAT has passed is gone and incr re-creates it at now.
+--   2. TAT - now <= b * T: admitted; expire(key, TAT - now) moves the expiry along.
+--   3. otherwise rejected: incr(key, -T) gives the token back.
+--
+-- Honest leftovers: (a) between 1 and 3 a rejected request holds a token for a few
+-- microseconds, so under overload a concurrent request can be refused although the
+-- final count would have let it in (never the other way round); (b) two admits that
+-- run step 2 out of order can set the expiry up to one T per concurrent admit too
+-- early, giving that many extra tokens once the bucket has drained.
+--
+-- Concurrency: incr/decr of an in-flight counter; the log phase gives the slot back
+-- (also after error_page's internal redirect, through $sluice_concurrency).
+-- FIXME: a worker that dies mid-request leaks its slots until the dict is flushed.
+--
+-- Quotas: one counter per consumer, scope and UTC day or month, incremented before
+-- forwarding and given back when the request is refused later in access.
+local ngx = ngx
+local ngx_now = ngx.now
+local ngx_time = ngx.time
+local ceil = math.ceil
+local floor = math.floor
+local max = math.max
+local os_date = os.date
+
+local dict = ngx.shared.sluice_limits
+
+local DAY = 86400
+
+local _M = {}
+
+-- Seconds until the next UTC midnight / first of the next month.
+local function to_next_day(now)
+    return DAY - now % DAY
+end
+
+local function to_next_month(now)
+    local t = os_date("!*t", now)
+    local y, m = t.year, t.month + 1
+    if m == 13 then
+        y, m = y + 1, 1
+    end
+    return os.time({ year = y, month = m, day = 1, hour = 0 }) - os.time(os_date("!*t", now))
+end
+
+-- Take one token from bucket `key`. Returns admitted (bool), remaining tokens,
+-- seconds until the bucket is full again, and (when refused) seconds to wait.
+function _M.take(key, rate, burst)
+    local now = ngx_now() * 1000
+    local T = 1000 / rate
+    local cap = burst * T
+    local tat, err = dict:incr(key, T, now, max(T, 1) / 1000)
+    if not tat then
+        return nil, err
+    end
+    local ahead = tat - now
+    if ahead <= cap then
+        dict:expire(key, max(ahead, 1) / 1000)
+        return true, floor((cap - ahead) / T), ceil(ahead / 1000)
+    end
+    dict:incr(key, -T)
+    local wait = (ahead - cap) / 1000
+    return false, 0, ceil((ahead - T) / 1000), max(1, ceil(wait))
+end
+
+-- One more in-flight request under `key`, unless `limit` are already running.
+function _M.enter(key, limit)
+    local n, err = dict:incr(key, 1, 0)
+    if not n then
+        return nil, err
+    end
+    if n > limit then
+        dict:incr(key, -1)
+        return false
+    end
+    return true
+end
+
+function _M.leave(key)
+    dict:incr(key, -1, 1)
+end
+
+-- Count one request against quota `limit` for the current day ("d") or month ("m").
+-- Returns true and the counter's key (for uncount), or false and seconds until the
+-- period ends, or nil and an error.
+function _M.count(prefix, period, limit)
+    local now = ngx_time()
+    local key, ttl
+    if period == "d" then
+        key, ttl = prefix .. os_date("!%Y%m%d", now), to_next_day(now)
+    else
+        key, ttl = prefix .. os_date("!%Y%m", now), to_next_month(now)
+    end
+    local n, err = dict:incr(key, 1, 0, ttl + 60)
+    if not n then
+        return nil, err
+    end
+    if n > limit then
+        dict:incr(key, -1)
+        return false, ttl
+    end
+    return true, key
+end
+
+function _M.uncount(key)
+    dict:incr(key, -1)
+end
+
+_M.to_next_day = to_next_day
+_M.to_next_month = to_next_month
+
+return _M

@@ -1,0 +1,98 @@
+-- A consumer's plan on the hot path: rate limit, concurrent requests, request
+-- quotas, in that order (cheapest refusal first). Counters live in sluice_limits
+-- (see limits.lua for the algorithms). A consumer without a plan is not limited.
+local limits = require("sluice.limits")
+local plans = require("sluice.plans")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_header = ngx.header
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+
+local _M = {}
+
+local function refuse(msg, retry_after)
+    return 429, "rate_limited", msg, { retry_after = retry_after }
+end
+
+-- Returns nil when the request may go on; else status, type, message, extra.
+function _M.check(ctx, snap, consumer, model_name)
+    local plan = consumer.plan_id and snap.plans[consumer.plan_id]
+    if not plan then
+        return nil
+    end
+    local lim = plans.limits(plan, model_name)
+    local cid = consumer.key_id
+
+    local ok, remaining, reset, wait = limits.take("r:" .. cid .. lim.rate_scope,
+                                                   lim.rate, lim.burst)
+    if ok == nil then
+        -- the dict is full or broken: serve rather than refuse everybody
+        ngx_log(ERR, "rate limit unavailable, letting the request through: ", remaining)
+    else
+        ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, remaining, reset
+        if not ok then
+            return refuse("rate limit of plan " .. lim.name .. " exceeded ("
+                          .. lim.rate .. " requests per second, burst " .. lim.burst .. ")",
+                          wait)
+        end
+    end
+
+    if lim.concurrent then
+        local key = "c:" .. cid
+        local entered, err = limits.enter(key, lim.concurrent)
+        if entered then
+            ngx_var.sluice_concurrency = key   -- the log phase gives it back
+        elseif entered == nil then
+            ngx_log(ERR, "concurrency limit unavailable: ", err)
+        else
+            return refuse("too many concurrent requests (plan " .. lim.name .. " allows "
+                          .. lim.concurrent .. ")", 1)
+        end
+    end
+
+    local daily_key
+    if lim.daily then
+        local counted, info = limits.count("qd:" .. cid .. lim.daily_scope .. ":", "d",
+                                           lim.daily)
+        if counted == false then
+            return refuse("daily request quota of plan " .. lim.name .. " used up ("
+                          .. lim.daily .. " requests)", info)
+        elseif counted == nil then
+            ngx_log(ERR, "daily quota unavailable: ", info)
+        end
+        daily_key = counted and info
+    end
+    if lim.monthly then
+        local counted, info = limits.count("qm:" .. cid .. lim.monthly_scope .. ":", "m",
+                                           lim.monthly)
+        if counted == false then
+            if daily_key then limits.uncount(daily_key) end
+            return refuse("monthly request quota of plan " .. lim.name .. " used up ("
+                          .. lim.monthly .. " requests)", info)
+        elseif counted == nil then
+            ngx_log(ERR, "monthly quota unavailable: ", info)
+        end
+    end
+    return nil
+end
+
+-- header_filter: X-RateLimit-* on every response of a limited consumer.
+function _M.headers(ctx)
+    if ctx.rl_limit then
+        ngx_header["X-RateLimit-Limit"] = ctx.rl_limit
+        ngx_header["X-RateLimit-Remaining"] = ctx.rl_remaining
+        ngx_header["X-RateLimit-Reset"] = ctx.rl_reset
+    end
+end
+
+-- log: give back the concurrency slot.
+function _M.release()
+    local key = ngx_var.sluice_concurrency
+    if key and key ~= "" then
+        limits.leave(key)
+    end
+end
+
+return _M
