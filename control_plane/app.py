@@ -1,13 +1,17 @@
-"""Flask application factory for the admin API."""
+"""Flask application factory: the admin API (/api/v1) and the admin UI (/admin)."""
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from flask import Flask
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from control_plane import admin
 from control_plane.api import errors, views
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.settings import SettingsError, load_settings
@@ -25,7 +29,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     """Build the app from the environment; `test_config` overrides it.
 
     `test_config` may carry DATABASE_URL and ADMIN_TOKEN (instead of the environment's
-    DATABASE_URL and SLUICE_ADMIN_TOKEN) and any Flask setting. No connection is made
+    DATABASE_URL and SLUICE_ADMIN_TOKEN) and any Flask setting (SECRET_KEY instead of
+    SLUICE_SECRET_KEY). No connection is made
     here, so the app is safe to build before a pre-forking server forks.
     """
     overrides = dict(test_config or {})
@@ -44,6 +49,14 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
         DATABASE_URL=database_url,
         ADMIN_TOKEN=admin_token,
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+        SECRET_KEY=settings.secret_key or _derived_secret(admin_token),
+        # The admin UI's session cookie: never readable by scripts, not sent on
+        # cross-site subrequests, Secure when served over TLS (SLUICE_COOKIE_SECURE).
+        SESSION_COOKIE_NAME="sluice_admin",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.cookie_secure,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
     )
     app.config.update(overrides)
 
@@ -52,7 +65,15 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
     errors.register_error_handlers(app)
     views.init_app(app)
+    admin.init_app(app)
     return app
+
+
+def _derived_secret(admin_token: str) -> str:
+    """Without SLUICE_SECRET_KEY, sign sessions with a key derived from the admin token:
+    stable across workers and restarts, and as secret as the token itself."""
+    return hmac.new(admin_token.encode("utf-8"), b"sluice admin session",
+                    hashlib.sha256).hexdigest()
 
 
 def dispose(app: Flask) -> None:

@@ -75,6 +75,59 @@ def _gateway(args: argparse.Namespace) -> int:
         gw.stop()
 
 
+def _create_admin(args: argparse.Namespace) -> int:
+    """Add a user of the admin UI (or, with --reset-password, give one a new password).
+
+    The password comes from SLUICE_ADMIN_PASSWORD, or one line on stdin with
+    --password-stdin, or is asked for twice on a terminal; never from the command line,
+    where other users could read it in the process list.
+    """
+    import getpass
+
+    from control_plane.db import make_engine, make_sessionmaker
+    from control_plane.services import admin_users
+    from control_plane.services.errors import Conflict, Invalid
+    from control_plane.settings import load_settings
+
+    url = load_settings().database_url
+    if not url:
+        print("sluice create-admin: DATABASE_URL is not set", file=sys.stderr)
+        return 2
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif os.environ.get("SLUICE_ADMIN_PASSWORD"):
+        password = os.environ["SLUICE_ADMIN_PASSWORD"]
+    elif sys.stdin.isatty():
+        password = getpass.getpass(f"password for {args.username}: ")
+        if getpass.getpass("again: ") != password:
+            print("sluice create-admin: the passwords differ", file=sys.stderr)
+            return 2
+    else:
+        print("sluice create-admin: give the password on stdin with --password-stdin "
+              "or in SLUICE_ADMIN_PASSWORD", file=sys.stderr)
+        return 2
+    engine = make_engine(url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            if args.reset_password:
+                user = admin_users.set_password(session, args.username, password)
+                print(f"sluice create-admin: new password set for {user.username}")
+            else:
+                user = admin_users.create_user(session, args.username, password, args.role)
+                print(f"sluice create-admin: created {user.role} {user.username}")
+        return 0
+    except Invalid as exc:
+        for field, problem in exc.fields.items():
+            print(f"sluice create-admin: {field} {problem}", file=sys.stderr)
+        return 2
+    except Conflict as exc:
+        print(f"sluice create-admin: {exc} (use --reset-password to change its password)",
+              file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+
+
 def _up(args: argparse.Namespace) -> int:
     from control_plane import up
 
@@ -116,6 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("direction", choices=["upgrade", "downgrade"])
     p.add_argument("revision", nargs="?")
     p.set_defaults(func=_migrate)
+
+    p = sub.add_parser("create-admin", help="add a user of the admin web UI")
+    p.add_argument("username")
+    p.add_argument("--role", choices=["admin", "viewer"], default="admin",
+                   help="admin: read and write; viewer: read only (default admin)")
+    p.add_argument("--password-stdin", action="store_true",
+                   help="read the password from the first line of stdin")
+    p.add_argument("--reset-password", action="store_true",
+                   help="set a new password for an existing user instead")
+    p.set_defaults(func=_create_admin)
 
     p = sub.add_parser("demo-backend", help="a demo model server (see --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -62,6 +62,8 @@ class Backend(Timestamps, Base):
     # The Authorization value the gateway sends to this backend (the caller's never
     # reaches it). A secret: write-only in the admin API.
     auth_header: Mapped[str | None] = mapped_column(Text)
+    # Set while drained (weight 0): the weight to restore. Not part of the snapshot.
+    drained_weight: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     model: Mapped[Model] = relationship(back_populates="backends")
 
@@ -152,6 +154,23 @@ class Gateway(Timestamps, Base):
     acked_version: Mapped[int | None] = mapped_column(BigInteger)
     last_push_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+ADMIN_ROLES = ("admin", "viewer")
+
+
+class AdminUser(Timestamps, Base):
+    """A person who may sign in to the admin UI; `viewer`s only read."""
+    __tablename__ = "admin_users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(256))  # werkzeug scrypt
+    role: Mapped[str] = mapped_column(String(16))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    last_login_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("role IN ('admin', 'viewer')", name="role_known"),)
 
 
 class ConfigState(Base):

@@ -29,6 +29,8 @@ class Settings:
     controller_interval: float = 0.5
     push_timeout: float = 5.0
     config_file: str | None = None
+    secret_key: str | None = None
+    cookie_secure: bool = False
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -67,6 +69,15 @@ def _url_list(value: str) -> tuple[str, ...]:
     return tuple(_http_url(item.strip()) for item in value.split(",") if item.strip())
 
 
+def _bool(value: str) -> bool:
+    value = value.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
 def _database_url(value: str) -> str | None:
     value = value.strip()
     if value and "://" not in value:
@@ -86,6 +97,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_INTERNAL_PORT": ("internal_port", _port),
     "SLUICE_CONTROLLER_INTERVAL": ("controller_interval", _positive_float),
     "SLUICE_PUSH_TIMEOUT": ("push_timeout", _positive_float),
+    "SLUICE_SECRET_KEY": ("secret_key", _str),
+    "SLUICE_COOKIE_SECURE": ("cookie_secure", _bool),
 }
 
 

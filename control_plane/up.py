@@ -1,7 +1,7 @@
 """`sluice up`: the whole of Sluice on one machine, for a newcomer's first minutes.
 
 Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
-given), migrations to head, demo backends, the admin API (gunicorn), demo data through
+given), migrations to head, the admin UI's first user, demo backends, the admin API (gunicorn), demo data through
 the admin API, the gateway (nginx) and the controller. Prints how to call it, writes
 the same facts to var/sluice-up.json (mode 0600), and on SIGINT/SIGTERM stops every
 child it started.
@@ -38,6 +38,9 @@ DEMO_BACKENDS = [
 ]
 
 
+FIRST_ADMIN = "admin"
+
+
 def var_dir() -> Path:
     return Path(os.environ.get("SLUICE_VAR_DIR", REPO / "var")).resolve()
 
@@ -61,14 +64,35 @@ def _secrets(var: Path) -> dict:
     saved = json.loads(path.read_text()) if path.exists() else {}
     saved.setdefault("admin_token", secrets.token_urlsafe(24))
     saved.setdefault("gateway_token", secrets.token_urlsafe(24))
+    saved.setdefault("secret_key", secrets.token_urlsafe(32))  # signs admin UI sessions
+    saved.setdefault("admin_password", secrets.token_urlsafe(12))
     path.touch(mode=0o600)
     path.write_text(json.dumps(saved))
     return {
         "admin_token": os.environ.get("SLUICE_ADMIN_TOKEN", saved["admin_token"]),
         "gateway_token": os.environ.get("SLUICE_GATEWAY_TOKEN", saved["gateway_token"]),
+        "secret_key": os.environ.get("SLUICE_SECRET_KEY", saved["secret_key"]),
+        "admin_password": saved["admin_password"],
         "demo_api_key": saved.get("demo_api_key"),
         "path": path,
     }
+
+
+def _first_admin(db_url: str, password: str) -> str | None:
+    """Create the UI's first admin user with the saved password; return the password
+    when it still signs in (None once someone has changed it)."""
+    from control_plane.db import make_engine, make_sessionmaker
+    from control_plane.services import admin_users
+
+    engine = make_engine(db_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            admin_users.ensure_user(session, FIRST_ADMIN, password, "admin")
+            if admin_users.password_matches(session, FIRST_ADMIN, password):
+                return password
+            return None
+    finally:
+        engine.dispose()
 
 
 @dataclass
@@ -92,10 +116,12 @@ class Stack:
         db_url = os.environ.get("DATABASE_URL") or self._private_database()
         print("sluice up: migrating the database to head", flush=True)
         migrate.upgrade(db_url)
+        admin_password = _first_admin(db_url, creds["admin_password"])
 
         env = dict(os.environ, DATABASE_URL=db_url,
                    SLUICE_ADMIN_TOKEN=creds["admin_token"],
                    SLUICE_GATEWAY_TOKEN=creds["gateway_token"],
+                   SLUICE_SECRET_KEY=creds["secret_key"],
                    SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
                    SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port))
         backend_urls = self._demo_backends(env, logs)
@@ -122,6 +148,9 @@ class Stack:
             "gateway_token": creds["gateway_token"],
             "admin_url": admin_url,
             "admin_token": creds["admin_token"],
+            "ui_url": f"http://127.0.0.1:{api_port}/admin",
+            "admin_user": FIRST_ADMIN,
+            "admin_password": admin_password,
             "demo_api_key": demo_key,
             "demo_models": [m["name"] for m in DEMO_MODELS],
             "database_url": db_url,
@@ -205,9 +234,11 @@ class Stack:
 
 def _banner(info: dict) -> str:
     model = info["demo_models"][0]
+    password = info["admin_password"] or "the password you set"
     return f"""
 Sluice is up.
   gateway    {info['gateway_url']}
+  admin UI   {info['ui_url']}   (sign in as {info['admin_user']} / {password})
   admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
   metrics    {info['metrics_url']}   (Authorization: Bearer <gateway_token>)
   demo key   {info['demo_api_key']}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what Sluice needs on Debian 12, idempotently: quick when all is there.
-#   - Debian packages: nginx with the OpenResty Lua stack, PostgreSQL, wrk, venv.
+#   - Debian packages: nginx with the OpenResty Lua stack, PostgreSQL, wrk, venv,
+#     and Chromium with its WebDriver for the admin UI's browser tests.
 #   - .venv with the Python dependencies of pyproject.toml (re-installed when it changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
+  chromium chromium-driver
 )
 
 missing=()

@@ -20,6 +20,7 @@ from control_plane.services.errors import Conflict, Invalid, NotFound
 T = TypeVar("T", bound=Base)
 
 KEY_PREFIX_LEN = 10
+DEFAULT_WEIGHT = 100
 
 
 def hash_key(key: str) -> str:
@@ -146,6 +147,25 @@ class Backends(Resource[Backend]):
 
     def _check(self, session: Session, data: Mapping[str, Any]) -> None:
         _require_row(session, Model, data.get("model_id"), "model_id", "model")
+
+    def _on_update(self, obj: Backend, changed: Mapping[str, Any]) -> None:
+        if "weight" in changed and "drained_weight" not in changed:
+            obj.drained_weight = None  # a weight set by hand ends the drain
+
+    def drain(self, session: Session, id: int) -> Backend:
+        """Weight 0, remembering the weight to restore; draining twice changes nothing."""
+        obj = self.get(session, id)
+        if obj.weight == 0:
+            return obj
+        return self.update(session, id, {"weight": 0, "drained_weight": obj.weight})
+
+    def restore(self, session: Session, id: int) -> Backend:
+        """Back to the weight it had before `drain` (100 when that is unknown)."""
+        obj = self.get(session, id)
+        if obj.weight != 0:
+            return obj
+        return self.update(session, id, {"weight": obj.drained_weight or DEFAULT_WEIGHT,
+                                         "drained_weight": None})
 
 
 class Consumers(Resource[Consumer]):

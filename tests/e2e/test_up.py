@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -72,6 +73,18 @@ def _stop(proc: subprocess.Popen) -> str:
     return out
 
 
+def _sign_in(info: dict) -> None:
+    """The admin UI answers at ui_url and lets the printed first admin in."""
+    browser = requests.Session()
+    page = browser.get(info["ui_url"] + "/login", timeout=5)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    resp = browser.post(info["ui_url"] + "/login", timeout=5, allow_redirects=False,
+                        data={"username": info["admin_user"], "csrf_token": token,
+                              "password": info["admin_password"]})
+    assert resp.status_code == 302, resp.text
+    assert "Dashboard" in browser.get(info["ui_url"] + "/", timeout=5).text
+
+
 def test_up_serves_prints_how_and_stops_everything(var):
     ports = procs.free_ports(3)
     first = _up(var, ports)
@@ -96,6 +109,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         models = requests.get(info["admin_url"] + "/models", timeout=5,
                               headers={"Authorization": f"Bearer {info['admin_token']}"})
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
+        _sign_in(info)
         running = "\n".join(_ours(var))
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"
@@ -103,6 +117,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         out = _stop(first)
     assert first.returncode == 0, out
     assert "curl" in out and info["demo_api_key"] in out
+    assert info["ui_url"] in out and info["admin_password"] in out
     assert _ours(var) == []
     with pytest.raises(requests.ConnectionError):
         requests.get(info["gateway_url"], timeout=2)
@@ -113,6 +128,8 @@ def test_up_serves_prints_how_and_stops_everything(var):
     try:
         again = _wait_info(var, second)
         assert again["demo_api_key"] == info["demo_api_key"]
+        assert again["admin_password"] == info["admin_password"]
+        _sign_in(again)
         resp = requests.post(again["gateway_url"] + "/v1/models/sentiment-demo/predict",
                              headers={"X-API-Key": again["demo_api_key"]},
                              json={"instances": ["fine"]}, timeout=10)

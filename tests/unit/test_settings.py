@@ -82,3 +82,11 @@ def test_database_urls_use_the_driver_we_ship(url):
 
     assert normalize_url(url).render_as_string(hide_password=False) == \
         "postgresql+psycopg2://u:p@h:5/db"
+
+
+def test_admin_ui_session_settings():
+    s = load_settings({"SLUICE_SECRET_KEY": " s3cret ", "SLUICE_COOKIE_SECURE": "yes"})
+    assert (s.secret_key, s.cookie_secure) == ("s3cret", True)
+    assert load_settings({"SLUICE_COOKIE_SECURE": "0"}).cookie_secure is False
+    with pytest.raises(SettingsError, match="SLUICE_COOKIE_SECURE='maybe': must be true"):
+        load_settings({"SLUICE_COOKIE_SECURE": "maybe"})

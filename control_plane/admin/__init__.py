@@ -1,0 +1,12 @@
+"""The admin web UI under /admin: server-rendered pages over the same services as the
+JSON API, with session login, CSRF tokens and roles (admin writes, viewer reads)."""
+from __future__ import annotations
+
+from flask import Flask
+
+from control_plane.admin import auth, dashboard, pages  # noqa: F401  (they add routes)
+from control_plane.admin.blueprint import bp
+
+
+def init_app(app: Flask) -> None:
+    app.register_blueprint(bp)

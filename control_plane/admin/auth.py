@@ -1,0 +1,161 @@
+"""Who may use the admin UI: session login, a CSRF token per session, roles.
+
+Every request to /admin passes `_guard`: it loads the signed-in user from the
+database (so disabling a user or changing a password ends their sessions), checks the
+CSRF token of every POST, and refuses writes to viewers with 403 — the templates
+hiding buttons is a courtesy, this is the rule.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from urllib.parse import urlsplit
+
+from flask import (Response, abort, flash, g, redirect, render_template, request, session,
+                   url_for)
+from werkzeug.exceptions import HTTPException
+
+from control_plane.admin.blueprint import bp
+from control_plane.api.views import db
+from control_plane.models import AdminUser
+from control_plane.services import admin_users
+from control_plane.services.errors import NotFound
+
+log = logging.getLogger(__name__)
+
+# Reachable without a session; every other admin endpoint needs one.
+PUBLIC = {"admin.login", "admin.static"}
+# POSTs a viewer may make: signing out changes nothing but their own session.
+VIEWER_POSTS = {"admin.login", "admin.logout"}
+CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+def csrf_token() -> str:
+    token = session.get("csrf")
+    if token is None:
+        token = session["csrf"] = secrets.token_urlsafe(32)
+    return token
+
+
+def _session_stamp(user: AdminUser) -> str:
+    # Tail of the password hash: a new password invalidates every older session.
+    return user.password_hash[-16:]
+
+
+def current_user() -> AdminUser | None:
+    return g.get("admin_user")
+
+
+def can_write() -> bool:
+    user = current_user()
+    return user is not None and user.role == "admin"
+
+
+@bp.app_template_global()
+def csrf_field_value() -> str:
+    return csrf_token()
+
+
+@bp.context_processor
+def _template_context() -> dict:
+    return {"current_user": current_user(), "can_write": can_write()}
+
+
+@bp.before_request
+def _guard() -> Response | None:
+    if request.endpoint == "admin.static":
+        return None
+    user = None
+    uid = session.get("uid")
+    if uid is not None:
+        user = admin_users.get(db(), uid)
+        if user is None or not user.enabled or session.get("stamp") != _session_stamp(user):
+            session.clear()
+            user = None
+    g.admin_user = user
+    if request.method not in ("GET", "HEAD"):
+        sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token", "")
+        expected = session.get("csrf", "")
+        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+            abort(400, "the form has expired or did not come from this site; "
+                       "reload the page and try again")
+    if user is None and request.endpoint not in PUBLIC:
+        if request.path.endswith(".json"):
+            abort(401, "sign in first")
+        return redirect(url_for("admin.login", next=request.full_path.rstrip("?")))
+    if (request.method not in ("GET", "HEAD") and request.endpoint not in VIEWER_POSTS
+            and not can_write()):
+        abort(403, "your role is viewer: you can look, but not change anything")
+    return None
+
+
+@bp.after_request
+def _security_headers(resp: Response) -> Response:
+    resp.headers.setdefault("Content-Security-Policy", CSP)
+    resp.headers.setdefault("X-Frame-Options", "DENY")
+    resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+    resp.headers.setdefault("Referrer-Policy", "same-origin")
+    if request.endpoint != "admin.static":
+        resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _safe_next(target: str | None) -> str:
+    """Only paths inside /admin: never an open redirect to another site."""
+    if target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc and parts.path.startswith("/admin"):
+            return target
+    return url_for("admin.dashboard")
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> Response | str | tuple[str, int]:
+    if request.method == "GET":
+        if current_user() is not None:
+            return redirect(url_for("admin.dashboard"))
+        csrf_token()
+        return render_template("login.html", next=request.args.get("next", ""))
+    username = request.form.get("username", "").strip()
+    password = request.form.get("password", "")
+    user = admin_users.authenticate(db(), username, password)
+    if user is None:
+        log.info("admin UI: failed sign-in for %r from %s", username[:64], request.remote_addr)
+        return render_template("login.html", next=request.form.get("next", ""),
+                               username=username,
+                               error="Wrong username or password."), 401
+    session.clear()  # a fresh session (and CSRF token) for the signed-in user
+    session.permanent = True
+    session["uid"] = user.id
+    session["stamp"] = _session_stamp(user)
+    csrf_token()
+    log.info("admin UI: %s signed in (%s)", user.username, user.role)
+    return redirect(_safe_next(request.form.get("next")))
+
+
+@bp.post("/logout")
+def logout() -> Response:
+    session.clear()
+    flash("You are signed out.")
+    return redirect(url_for("admin.login"))
+
+
+@bp.errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> tuple[str, int]:
+    return render_template("error.html", code=exc.code, title=exc.name,
+                           message=exc.description), exc.code or 500
+
+
+@bp.errorhandler(NotFound)
+def _not_found(exc: NotFound) -> tuple[str, int]:
+    return render_template("error.html", code=404, title="Not found", message=str(exc)), 404
+
+
+@bp.errorhandler(Exception)
+def _internal(exc: Exception) -> tuple[str, int]:
+    log.exception("admin UI: unhandled error on %s %s", request.method, request.path)
+    return render_template("error.html", code=500, title="Internal error",
+                           message="Something went wrong on our side; the server log "
+                                   "has the details."), 500

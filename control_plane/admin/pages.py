@@ -1,0 +1,205 @@
+"""List, create, edit and delete pages for each resource, one generic set of views
+driven by a `Page` description. Writes go through the same services as the API."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from sqlalchemy.orm import Session
+
+from control_plane.admin.blueprint import bp
+from control_plane.admin.forms import (Input, default_values, form_values, parse_form,
+                                       submitted_values)
+from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
+                                       KeySchema, ModelSchema, Schema, iso)
+from control_plane.api.validation import ValidationError
+from control_plane.api.views import db
+from control_plane.services.errors import Conflict, Invalid
+from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MODELS,
+                                              Resource)
+
+Column = tuple[str, Callable[[Any], Any]]
+
+
+@dataclass
+class Page:
+    kind: str               # URL segment: /admin/<kind>/
+    title: str              # "API keys"
+    singular: str           # "API key"
+    resource: Resource
+    schema: Schema
+    inputs: list[Input]
+    columns: list[Column]
+    label: Callable[[Any], str] = field(default=lambda obj: obj.name)
+    editable: bool = True
+    delete_verb: str = "Delete"
+
+    def choices(self, session: Session) -> dict[str, list[tuple[str, str]]]:
+        return {i.name: i.choices(session) for i in self.inputs if i.choices}
+
+
+def _model_choices(session: Session) -> list[tuple[str, str]]:
+    return [(str(m.id), m.name) for m in MODELS.list(session)]
+
+
+def _consumer_choices(session: Session) -> list[tuple[str, str]]:
+    return [(str(c.id), c.name) for c in CONSUMERS.list(session)]
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+PAGES: dict[str, Page] = {p.kind: p for p in [
+    Page("models", "Models", "model", MODELS, ModelSchema(),
+         inputs=[Input("name", "Name", required=True,
+                       help="Callers use it as the \"model\" of a request."),
+                 Input("timeout_ms", "Timeout (ms)", "number", default="60000",
+                       help="How long a backend may take to answer, 1 to 3600000."),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Name", lambda m: m.name), ("Timeout (ms)", lambda m: m.timeout_ms),
+                  ("Backends", lambda m: len(m.backends)),
+                  ("Enabled", lambda m: _yes(m.enabled))]),
+    Page("backends", "Backends", "backend", BACKENDS, BackendSchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("model_id", "Model", "ref", required=True,
+                       choices=_model_choices),
+                 Input("url", "URL", required=True, help="http://host:port[/base path]"),
+                 Input("protocol", "Protocol", "select", required=True,
+                       choices=lambda _s: [("openai", "openai"), ("predict", "predict")]),
+                 Input("weight", "Weight", "number", default="100",
+                       help="Share of the model's traffic, 0 to 1000; 0 drains it."),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Name", lambda b: b.name), ("Model", lambda b: b.model.name),
+                  ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),
+                  ("Weight", lambda b: b.weight if b.weight else "0 (drained)"),
+                  ("Enabled", lambda b: _yes(b.enabled))]),
+    Page("consumers", "Consumers", "consumer", CONSUMERS, ConsumerSchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("allowed_models", "Allowed models", "names",
+                       help="Model names, separated by commas; empty allows every model."),
+                 Input("attributes", "Attributes (JSON)", "json", default="{}",
+                       help='Facts routing rules can test, e.g. {"user_type": "vip"}.'),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Name", lambda c: c.name),
+                  ("Allowed models", lambda c: ", ".join(c.allowed_models)
+                   if c.allowed_models is not None else "all"),
+                  ("Keys", lambda c: len(c.keys)), ("Enabled", lambda c: _yes(c.enabled))]),
+    Page("keys", "API keys", "API key", KEYS, KeySchema(),
+         inputs=[Input("consumer_id", "Consumer", "ref", required=True,
+                       choices=_consumer_choices, create_only=True),
+                 Input("name", "Name", help="A note for you, e.g. where the key is used."),
+                 Input("expires_at", "Expires at", "datetime",
+                       help="ISO 8601, e.g. 2030-01-01T00:00:00Z; empty: never."),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Prefix", lambda k: k.prefix + "…"), ("Consumer", lambda k: k.consumer.name),
+                  ("Name", lambda k: k.name), ("Expires", lambda k: iso(k.expires_at) or "never"),
+                  ("Enabled", lambda k: _yes(k.enabled))],
+         label=lambda k: f"{k.prefix}… ({k.consumer.name})", delete_verb="Revoke"),
+    Page("gateways", "Gateways", "gateway", GATEWAYS, GatewaySchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("internal_url", "Internal URL", required=True,
+                       help="The gateway's loopback listener, e.g. http://127.0.0.1:8001")],
+         columns=[("Name", lambda g: g.name), ("Internal URL", lambda g: g.internal_url),
+                  ("Acked version", lambda g: g.acked_version if g.acked_version is not None
+                   else "—"),
+                  ("Last push", lambda g: iso(g.last_push_at) or "—"),
+                  ("Last error", lambda g: g.last_error or "")]),
+]}
+
+
+def _page(kind: str) -> Page:
+    page = PAGES.get(kind)
+    if page is None:
+        abort(404, f"there is no {kind!r} page")
+    return page
+
+
+def _render_form(page: Page, values: dict, errors: dict | None = None,
+                 obj: Any = None, message: str | None = None, status: int = 200):
+    creating = obj is None
+    inputs = [i for i in page.inputs if creating or not i.create_only]
+    return render_template("form.html", page=page, inputs=inputs, values=values,
+                           errors=errors or {}, obj=obj, message=message,
+                           choices=page.choices(db())), status
+
+
+@bp.get("/<kind>/")
+def resource_list(kind: str):
+    page = _page(kind)
+    rows = page.resource.list(db())
+    return render_template("list.html", page=page, rows=rows)
+
+
+@bp.route("/<kind>/new", methods=["GET", "POST"])
+def resource_new(kind: str):
+    page = _page(kind)
+    if request.method == "GET":
+        return _render_form(page, default_values(page.inputs))
+    try:
+        data = parse_form(request.form, page.inputs, page.schema, creating=True)
+        if page.kind == "keys":
+            row, key = KEYS.create_with_key(db(), data)
+            # Shown in this answer only (no redirect, no-store): it is never kept.
+            return render_template("key_created.html", page=page, row=row, key=key), 201
+        row = page.resource.create(db(), data)
+    except (ValidationError, Invalid) as exc:
+        return _render_form(page, submitted_values(request.form, page.inputs),
+                            exc.fields, message="Please correct the fields marked below.",
+                            status=422)
+    except Conflict as exc:
+        return _render_form(page, submitted_values(request.form, page.inputs),
+                            message=str(exc), status=409)
+    flash(f"Created {page.singular} {page.label(row)}.")
+    return redirect(url_for("admin.resource_list", kind=kind))
+
+
+@bp.route("/<kind>/<int:id>", methods=["GET", "POST"])
+def resource_edit(kind: str, id: int):
+    page = _page(kind)
+    obj = page.resource.get(db(), id)
+    if request.method == "GET":
+        return _render_form(page, form_values(obj, page.inputs), obj=obj)
+    try:
+        data = parse_form(request.form, page.inputs, page.schema, creating=False)
+        obj = page.resource.update(db(), id, data)
+    except (ValidationError, Invalid) as exc:
+        return _render_form(page, submitted_values(request.form, page.inputs), exc.fields,
+                            obj=obj, message="Please correct the fields marked below.",
+                            status=422)
+    except Conflict as exc:
+        return _render_form(page, submitted_values(request.form, page.inputs), obj=obj,
+                            message=str(exc), status=409)
+    flash(f"Saved {page.singular} {page.label(obj)}.")
+    return redirect(url_for("admin.resource_list", kind=kind))
+
+
+@bp.post("/<kind>/<int:id>/delete")
+def resource_delete(kind: str, id: int):
+    page = _page(kind)
+    obj = page.resource.get(db(), id)
+    label = page.label(obj)
+    try:
+        page.resource.delete(db(), id)
+    except Conflict as exc:
+        flash(str(exc), "error")
+        return redirect(url_for("admin.resource_list", kind=kind))
+    done = "Revoked" if page.delete_verb == "Revoke" else "Deleted"
+    flash(f"{done} {page.singular} {label}.")
+    return redirect(url_for("admin.resource_list", kind=kind))
+
+
+@bp.post("/backends/<int:id>/drain")
+def backend_drain(id: int):
+    backend = BACKENDS.drain(db(), id)
+    flash(f"Drained backend {backend.name}: weight 0, it takes no new requests.")
+    return redirect(url_for("admin.resource_list", kind="backends"))
+
+
+@bp.post("/backends/<int:id>/restore")
+def backend_restore(id: int):
+    backend = BACKENDS.restore(db(), id)
+    flash(f"Restored backend {backend.name} to weight {backend.weight}.")
+    return redirect(url_for("admin.resource_list", kind="backends"))

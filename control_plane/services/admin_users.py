@@ -1,0 +1,100 @@
+"""Admin users of the web UI: creation, password checks. Passwords are stored only as
+werkzeug scrypt hashes; nothing here logs or returns a password."""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from control_plane.models import ADMIN_ROLES, AdminUser
+from control_plane.services.errors import Conflict, Invalid
+
+USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+MIN_PASSWORD = 12
+MAX_PASSWORD = 256
+HASH_METHOD = "scrypt"
+# Checked when the username is unknown, so a wrong name costs as much as a wrong password.
+_DUMMY_HASH = generate_password_hash("not-a-password", method=HASH_METHOD)
+
+
+def check_fields(username: str, password: str, role: str) -> dict[str, str]:
+    """Per-field problems with a new user (empty when all is well)."""
+    errors = {}
+    if not USERNAME_RE.match(username or ""):
+        errors["username"] = ("must be 1-64 characters of letters, digits and . _ @ -, "
+                              "starting with a letter or digit")
+    if not MIN_PASSWORD <= len(password or "") <= MAX_PASSWORD:
+        errors["password"] = f"must be {MIN_PASSWORD} to {MAX_PASSWORD} characters"
+    if role not in ADMIN_ROLES:
+        errors["role"] = "must be one of: " + ", ".join(ADMIN_ROLES)
+    return errors
+
+
+def create_user(session: Session, username: str, password: str, role: str) -> AdminUser:
+    errors = check_fields(username, password, role)
+    if errors:
+        raise Invalid(errors)
+    user = AdminUser(username=username, role=role,
+                     password_hash=generate_password_hash(password, method=HASH_METHOD))
+    try:
+        session.add(user)
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise Conflict(f"an admin user named {username!r} already exists") from None
+    except BaseException:
+        session.rollback()
+        raise
+    return user
+
+
+def set_password(session: Session, username: str, password: str) -> AdminUser:
+    if not MIN_PASSWORD <= len(password or "") <= MAX_PASSWORD:
+        raise Invalid({"password": f"must be {MIN_PASSWORD} to {MAX_PASSWORD} characters"})
+    user = find(session, username)
+    if user is None:
+        raise Invalid({"username": f"no admin user named {username!r}"})
+    user.password_hash = generate_password_hash(password, method=HASH_METHOD)
+    session.commit()
+    return user
+
+
+def find(session: Session, username: str) -> AdminUser | None:
+    return session.scalar(select(AdminUser).where(AdminUser.username == username))
+
+
+def get(session: Session, user_id: int) -> AdminUser | None:
+    return session.get(AdminUser, user_id)
+
+
+def authenticate(session: Session, username: str, password: str) -> AdminUser | None:
+    """The enabled user with this name and password, or None; records the login."""
+    user = find(session, username) if username else None
+    valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, password or "")
+    if user is None or not valid or not user.enabled:
+        return None
+    user.last_login_at = datetime.now(timezone.utc)
+    session.commit()
+    return user
+
+
+def password_matches(session: Session, username: str, password: str) -> bool:
+    """Whether `password` is this user's, without recording a login."""
+    user = find(session, username)
+    return user is not None and check_password_hash(user.password_hash, password)
+
+
+def ensure_user(session: Session, username: str, password: str, role: str) -> bool:
+    """Create the user unless one of that name exists (its password is left alone).
+    Returns whether it was created."""
+    if find(session, username) is not None:
+        return False
+    try:
+        create_user(session, username, password, role)
+    except Conflict:  # created meanwhile by someone else: theirs stands
+        return False
+    return True

@@ -1,0 +1,216 @@
+"""The admin UI over Flask's test client: sign-in, CSRF, roles, forms and their errors.
+(tests/integration/ui/ drives the same pages in a real Chromium.)"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from control_plane.db import make_engine, make_sessionmaker
+from control_plane.services import admin_users
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def users(db_url):
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as session:
+        admin_users.create_user(session, "alice", PASSWORD, "admin")
+        admin_users.create_user(session, "victor", PASSWORD, "viewer")
+    engine.dispose()
+
+
+def _csrf(resp) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', resp.get_data(as_text=True))
+    assert match, resp.get_data(as_text=True)[:500]
+    return match.group(1)
+
+
+def _login(client, username, password=PASSWORD):
+    token = _csrf(client.get("/admin/login"))
+    return client.post("/admin/login", data={"username": username, "password": password,
+                                             "csrf_token": token})
+
+
+@pytest.fixture
+def ui(client, users):
+    """Signed in as an admin; returns a function to post a form with the CSRF token."""
+    assert _login(client, "alice").status_code == 302
+    token = _csrf(client.get("/admin/"))
+
+    def post(path, data=None, **kw):
+        return client.post(path, data={"csrf_token": token, **(data or {})}, **kw)
+    post.client = client
+    return post
+
+
+def test_pages_need_a_session(client):
+    resp = client.get("/admin/models/")
+    assert resp.status_code == 302
+    assert resp.headers["Location"].startswith("/admin/login?next=/admin/models/")
+    assert client.get("/admin/status.json").status_code == 401
+
+
+def test_wrong_password_is_refused_without_saying_which_part(client, users):
+    for name, password in (("alice", "wrong password!"), ("nobody", PASSWORD)):
+        resp = _login(client, name, password)
+        assert resp.status_code == 401
+        assert "Wrong username or password." in resp.get_data(as_text=True)
+    assert client.get("/admin/").status_code == 302
+
+
+def test_passwords_are_stored_hashed(db_url, users):
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as session:
+        user = admin_users.find(session, "alice")
+        assert PASSWORD not in user.password_hash
+        assert user.password_hash.startswith("scrypt:")
+    engine.dispose()
+
+
+def test_sign_in_sets_a_hardened_cookie_and_lands_on_next(client, users):
+    token = _csrf(client.get("/admin/login"))
+    resp = client.post("/admin/login", data={"username": "alice", "password": PASSWORD,
+                                             "csrf_token": token, "next": "/admin/keys/"})
+    assert resp.status_code == 302 and resp.headers["Location"] == "/admin/keys/"
+    cookie = resp.headers["Set-Cookie"]
+    assert "sluice_admin=" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert client.get("/admin/keys/").status_code == 200
+
+
+def test_next_never_leaves_the_admin_ui(client, users):
+    token = _csrf(client.get("/admin/login"))
+    resp = client.post("/admin/login", data={"username": "alice", "password": PASSWORD,
+                                             "csrf_token": token,
+                                             "next": "//evil.example/admin"})
+    assert resp.headers["Location"] == "/admin/"
+
+
+def test_post_without_the_csrf_token_is_refused(ui):
+    client = ui.client
+    resp = client.post("/admin/models/new", data={"name": "m1"})
+    assert resp.status_code == 400
+    assert "expired" in resp.get_data(as_text=True)
+    resp = client.post("/admin/models/new", data={"name": "m1", "csrf_token": "forged"})
+    assert resp.status_code == 400
+    assert "m1" not in client.get("/admin/models/").get_data(as_text=True)
+
+
+def test_login_form_needs_the_csrf_token_too(client, users):
+    resp = client.post("/admin/login", data={"username": "alice", "password": PASSWORD})
+    assert resp.status_code == 400
+
+
+def test_create_model_through_the_form_reaches_the_api(ui, api):
+    resp = ui("/admin/models/new", {"name": "chat-x", "timeout_ms": "1500", "enabled": "on"})
+    assert resp.status_code == 302
+    models = api("get", "/models").get_json()["items"]
+    assert [(m["name"], m["timeout_ms"], m["enabled"]) for m in models] == [
+        ("chat-x", 1500, True)]
+    assert "Created model chat-x." in ui.client.get("/admin/models/").get_data(as_text=True)
+
+
+def test_form_shows_each_field_error_and_keeps_what_was_typed(ui, api):
+    resp = ui("/admin/backends/new", {"name": "bad name!", "url": "ftp://x",
+                                      "weight": "lots", "protocol": "openai"})
+    assert resp.status_code == 422
+    html = resp.get_data(as_text=True)
+    assert "Name must be 1-128 characters" in html
+    assert "URL must be a URL of the form http://host:port[/base]" in html
+    assert "Weight must be a whole number" in html
+    assert "Model is required" in html
+    assert html.count('class="field-error"') == 4  # protocol "openai" was fine
+    assert 'value="bad name!"' in html
+    assert api("get", "/backends").get_json()["items"] == []
+
+
+def test_duplicate_name_is_a_form_message_not_a_crash(ui, make):
+    make("model", name="dup")
+    resp = ui("/admin/models/new", {"name": "dup"})
+    assert resp.status_code == 409
+    assert "a model with name &#39;dup&#39; already exists" in resp.get_data(as_text=True)
+
+
+def test_consumer_json_attributes_are_checked(ui):
+    resp = ui("/admin/consumers/new", {"name": "c1", "attributes": "{not json"})
+    assert resp.status_code == 422
+    assert "Attributes (JSON) must be valid JSON" in resp.get_data(as_text=True)
+
+
+def test_new_key_is_shown_once_then_only_its_prefix(ui, make, api):
+    consumer = make("consumer")
+    resp = ui("/admin/keys/new", {"consumer_id": str(consumer["id"]), "name": "ci",
+                                  "enabled": "on"})
+    assert resp.status_code == 201
+    assert resp.headers["Cache-Control"] == "no-store"
+    key = re.search(r'id="new-key" class="mono" value="(sk-[^"]+)"',
+                    resp.get_data(as_text=True)).group(1)
+    listing = ui.client.get("/admin/keys/").get_data(as_text=True)
+    assert key not in listing and key[:10] + "…" in listing
+    [row] = api("get", "/keys").get_json()["items"]
+    assert row["prefix"] == key[:10]
+
+
+def test_drain_and_restore_a_backend(ui, make, api):
+    backend = make("backend", weight=250)
+    assert ui(f"/admin/backends/{backend['id']}/drain").status_code == 302
+    assert api("get", f"/backends/{backend['id']}").get_json()["weight"] == 0
+    assert ui(f"/admin/backends/{backend['id']}/restore").status_code == 302
+    assert api("get", f"/backends/{backend['id']}").get_json()["weight"] == 250
+
+
+def test_deleting_a_model_with_backends_explains_why_not(ui, make):
+    backend = make("backend")
+    resp = ui(f"/admin/models/{backend['model_id']}/delete", follow_redirects=True)
+    assert "still has 1 backend(s)" in resp.get_data(as_text=True)
+
+
+def test_viewer_reads_but_every_write_is_forbidden(client, users, make, api):
+    model = make("model", name="keep-me")
+    backend = make("backend", model_id=model["id"])
+    assert _login(client, "victor").status_code == 302
+    page = client.get("/admin/models/")
+    assert page.status_code == 200 and "keep-me" in page.get_data(as_text=True)
+    assert "New model" not in page.get_data(as_text=True)
+    token = _csrf(client.get("/admin/"))
+    for path in ("/admin/models/new", f"/admin/models/{model['id']}",
+                 f"/admin/models/{model['id']}/delete",
+                 f"/admin/backends/{backend['id']}/drain"):
+        resp = client.post(path, data={"csrf_token": token, "name": "changed"})
+        assert resp.status_code == 403, path
+    assert [m["name"] for m in api("get", "/models").get_json()["items"]] == ["keep-me"]
+    assert api("get", f"/backends/{backend['id']}").get_json()["weight"] == 100
+
+
+def test_status_json_reports_versions(ui, make, api):
+    make("gateway", name="gw-a")
+    status = ui.client.get("/admin/status.json").get_json()
+    assert status["version"] == api("get", "/config").get_json()["version"]
+    assert status["gateways"][0]["name"] == "gw-a"
+    assert status["gateways"][0]["state"] == "never acknowledged"
+
+
+def test_sign_out_ends_the_session(ui):
+    assert ui("/admin/logout").status_code == 302
+    assert ui.client.get("/admin/").status_code == 302
+
+
+def test_a_new_password_ends_older_sessions(ui, db_url):
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as session:
+        admin_users.set_password(session, "alice", "another long password")
+    engine.dispose()
+    assert ui.client.get("/admin/").status_code == 302
+
+
+def test_unknown_page_is_an_html_404(ui):
+    resp = ui.client.get("/admin/nothing/")
+    assert resp.status_code == 404 and "text/html" in resp.content_type
+    assert ui.client.get("/admin/models/999999").status_code == 404
+
+
+def test_security_headers(ui):
+    resp = ui.client.get("/admin/")
+    assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+    assert resp.headers["X-Frame-Options"] == "DENY"

@@ -1,0 +1,147 @@
+"""The admin UI in a real headless Chromium, against the real stack: what an operator
+does in it reaches the gateway."""
+from __future__ import annotations
+
+import time
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+
+from control_plane.runtime.admin import AdminError
+
+
+def _row_with(ui, text: str):
+    return ui.find("table.grid").find_element(
+        By.XPATH, f".//tr[td[contains(normalize-space(.), '{text}')]]")
+
+
+def test_operator_sets_up_a_model_in_the_browser_and_the_key_works(stack, ui):
+    backend_url = stack.start_backend("ui-chat-a")
+    ui.sign_in_with_the_keyboard("olga")
+
+    ui.create("models", {"name": "ui-chat", "timeout_ms": "5000"})
+    assert "Created model ui-chat." in ui.text()
+
+    # A mistake first: the form names the field and keeps what was typed.
+    ui.open("/backends/new")
+    ui.fill({"name": "ui-chat-a", "model_id": "ui-chat", "url": "localhost:99999",
+             "protocol": "openai"})
+    ui.submit()
+    error = ui.wait(EC.presence_of_element_located((By.ID, "url-error")))
+    assert "URL must be a URL of the form http://host:port[/base]" in error.text
+    assert ui.find("#url").get_attribute("aria-invalid") == "true"
+    assert ui.find("#name").get_attribute("value") == "ui-chat-a"
+    ui.screenshot("backend-form-errors.png")
+    ui.fill({"url": backend_url})
+    ui.submit()
+    ui.wait(EC.presence_of_element_located((By.CSS_SELECTOR, ".flash")))
+    assert "Created backend ui-chat-a." in ui.text()
+
+    ui.create("consumers", {"name": "ui-team"})
+    ui.create("keys", {"consumer_id": "ui-team", "name": "from the browser"})
+    key = ui.find("#new-key").get_attribute("value")
+    assert key.startswith("sk-") and "shown only this once" in ui.text()
+
+    stack.wait_served()
+    resp = stack.chat(key, "ui-chat", text="from the UI")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == "echo: from the UI"
+    assert resp.headers["X-Demo-Backend"] == "ui-chat-a"
+
+    # Only the prefix is shown from now on; revoking asks first, then the gateway
+    # refuses the key.
+    ui.open("/keys/")
+    assert key not in ui.text() and key[:10] + "…" in ui.text()
+    _row_with(ui, key[:10]).find_element(By.XPATH, ".//button[starts-with(., 'Revoke')]").click()
+    ui.wait(EC.alert_is_present()).dismiss()   # "no": nothing happens
+    assert key[:10] in ui.text()
+    _row_with(ui, key[:10]).find_element(By.XPATH, ".//button[starts-with(., 'Revoke')]").click()
+    ui.wait(EC.alert_is_present()).accept()
+    ui.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "Revoked API key"))
+    stack.wait_served()
+    assert stack.chat(key, "ui-chat").status_code == 403
+
+
+def test_drain_toggle_moves_traffic_away_and_back(stack, ui):
+    urls = {name: stack.start_backend(name) for name in ("dr-a", "dr-b")}
+    admin = stack.admin
+    model = admin.create("models", name="drain-me")
+    for name, url in urls.items():
+        admin.create("backends", name=name, model_id=model["id"], url=url,
+                     protocol="openai", weight=100)
+    consumer = admin.create("consumers", name="drainers")
+    key = admin.create("keys", consumer_id=consumer["id"])["key"]
+    ui.sign_in_with_the_keyboard("olga")
+
+    ui.open("/backends/")
+    _row_with(ui, "dr-a").find_element(By.XPATH, ".//button[starts-with(., 'Drain')]").click()
+    ui.wait(EC.alert_is_present()).accept()
+    ui.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "Drained backend"))
+    stack.wait_served()
+    seen = {stack.chat(key, "drain-me").headers["X-Demo-Backend"] for _ in range(8)}
+    assert seen == {"dr-b"}
+
+    _row_with(ui, "dr-a").find_element(By.XPATH, ".//button[starts-with(., 'Restore')]").click()
+    ui.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "weight 100"))
+    stack.wait_served()
+    # Counting, not timing: with equal weights 40 requests all landing on one
+    # backend would have odds of about 1 in 10^12.
+    seen = {stack.chat(key, "drain-me").headers["X-Demo-Backend"] for _ in range(40)}
+    assert seen == {"dr-a", "dr-b"}
+
+
+def test_dashboard_shows_acked_versions_and_refreshes_in_place(stack, ui):
+    ui.sign_in_with_the_keyboard("olga")
+    stack.wait_served()
+    ui.open("/")
+    version = str(stack.admin.config_version())
+    ui.wait(EC.text_to_be_present_in_element((By.ID, "gateway-rows"), "in sync"))
+    row = ui.find("#gateway-rows tr")
+    assert version in row.text
+    ui.driver.execute_script("window.__stillHere = true;")
+
+    stack.admin.create("models", name="appears-live")
+    stack.wait_served()
+    newer = str(stack.admin.config_version())
+    ui.wait(EC.text_to_be_present_in_element(
+        (By.CSS_SELECTOR, "[data-field='version']"), newer))
+    ui.wait(lambda d: newer in d.find_element(By.ID, "gateway-rows").text
+            and "in sync" in d.find_element(By.ID, "gateway-rows").text)
+    assert ui.driver.execute_script("return window.__stillHere === true;"), \
+        "the page reloaded instead of refreshing in place"
+    ui.screenshot("dashboard.png")
+
+
+def test_a_viewer_sees_everything_and_can_change_nothing(stack, ui):
+    model = stack.admin.create("models", name="look-dont-touch")
+    ui.sign_in_with_the_keyboard("vik")
+    assert "viewer" in ui.find(".whoami").text
+
+    ui.open("/models/")
+    assert "look-dont-touch" in ui.text()
+    assert not ui.driver.find_elements(By.LINK_TEXT, "New model")
+    assert not ui.driver.find_elements(By.XPATH, "//button[starts-with(., 'Delete')]")
+
+    ui.open(f"/models/{model['id']}")
+    assert ui.find("fieldset").get_attribute("disabled") is not None
+    assert not ui.driver.find_elements(By.CSS_SELECTOR, "button.primary")
+
+    # Past the hidden buttons: a hand-made POST with a valid CSRF token is still refused.
+    token = ui.find("input[name='csrf_token']").get_attribute("value")
+    statuses = ui.driver.execute_async_script("""
+        const [token, paths, done] = arguments;
+        Promise.all(paths.map((p) => fetch(p, {method: 'POST', credentials: 'same-origin',
+            body: new URLSearchParams({csrf_token: token, name: 'hacked'})})
+          .then((r) => r.status))).then(done);
+    """, token, [f"/admin/models/{model['id']}", f"/admin/models/{model['id']}/delete",
+                 "/admin/models/new"])
+    assert statuses == [403, 403, 403]
+    assert [m["name"] for m in stack.admin.list("models")] == ["look-dont-touch"]
+
+
+def test_signing_out_returns_to_the_login_page(stack, ui):
+    ui.sign_in_with_the_keyboard("olga")
+    ui.find(".whoami button").click()
+    ui.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "signed out"))
+    ui.open("/models/")
+    assert ui.driver.current_url.split("?")[0].endswith("/admin/login")
