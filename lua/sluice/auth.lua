@@ -1,6 +1,8 @@
--- API keys: `Authorization: Bearer <key>` or `X-API-Key: <key>`, looked up by the
--- sha256 hex of the full key in snapshot.keys.
+-- Credentials: `Authorization: Bearer <key or JWT>` or `X-API-Key: <key>`. API keys
+-- are looked up by the sha256 hex of the full key in snapshot.keys; bearer values
+-- shaped like a JWT (three dot-separated parts) go to sluice.jwt.
 local digest = require("openssl.digest")
+local jwt = require("sluice.jwt")
 local lrucache = require("resty.lrucache")
 
 local ngx = ngx
@@ -50,12 +52,20 @@ function _M.credential()
     return nil
 end
 
--- Returns the consumer, or nil, http status, error type, message.
+-- Returns the consumer and the request's attributes (the consumer's, with a JWT's
+-- claims merged over them); or nil, http status, error type, message.
 function _M.authenticate(snap)
     local key = _M.credential()
     if not key then
         return nil, 401, "unauthorized",
-               "an API key is required (Authorization: Bearer <key> or X-API-Key)"
+               "an API key or token is required (Authorization: Bearer <key>, or X-API-Key)"
+    end
+    if jwt.looks_like(key) then
+        local consumer, attrs = jwt.authenticate(snap, key)
+        if not consumer then
+            return nil, 403, "forbidden", attrs
+        end
+        return consumer, attrs
     end
     if #key > MAX_KEY_LEN then
         return nil, 403, "forbidden", "invalid API key"
@@ -71,7 +81,7 @@ function _M.authenticate(snap)
     if not consumer then
         return nil, 403, "forbidden", "invalid API key"
     end
-    return consumer
+    return consumer, consumer.attributes
 end
 
 function _M.allowed(consumer, model_name)

@@ -5,6 +5,7 @@
 --   request -> get() -> worker-local compiled table, rebuilt only when "gen" moves
 local cjson = require("cjson.safe")
 local plans = require("sluice.plans")
+local jwt = require("sluice.jwt")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -119,7 +120,7 @@ function _M.validate(s)
             return nil, where .. ".plan_id: names no plan in plans"
         end
     end
-    local perr = plans.validate(s.plans)
+    local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
@@ -197,8 +198,14 @@ local function compile(s)
         }
     end
 
+    local by_name = {}
+    for _, c in pairs(consumers) do
+        if type(c.name) == "string" then by_name[c.name] = c end
+    end
+
     return { version = s.version, models = models, consumers = consumers, keys = keys,
-             plans = plans.compile(s.plans) }
+             consumers_by_name = by_name, plans = plans.compile(s.plans),
+             jwt = jwt.compile(s.jwt) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

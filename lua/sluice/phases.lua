@@ -69,11 +69,14 @@ function _M.access()
                            { retry_after = 1 })
     end
 
+    -- on success: consumer, attributes; on failure: nil, status, type, message
     local consumer, status
     consumer, status, err_type, msg = auth.authenticate(snap)
     if not consumer then
         return errors.exit(status, err_type, msg)
     end
+    -- what routing conditions test: the consumer's attributes, JWT claims over them
+    ctx.attributes = status
     observe.consumer(consumer)
 
     local model_name
@@ -105,7 +108,6 @@ function _M.access()
     end
     ctx.model = model
     ctx.consumer = consumer
-    ctx.attributes = consumer.attributes   -- JWT claims will be merged over these
     observe.backend(backend)
 
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
@@ -152,7 +154,7 @@ local function backend_answered()
     return last ~= nil and tonumber(last) ~= nil
 end
 
--- Named location behind `error_page`: nginx's own 413/500/502/503/504 and backend
+-- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 and backend
 -- 5xx (proxy_intercept_errors) leave in the error template.
 function _M.error_page()
     request_id()
@@ -173,6 +175,9 @@ function _M.error_page()
         end
     elseif status == 413 then
         err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
+    elseif status == 494 or status == 400 then
+        -- only 494 is routed here; nginx shows it as 400 by the time we run
+        status, err_type, msg = 400, "invalid_request", "request headers are too large"
     elseif not errors.MESSAGES[status] then
         ngx_log(ERR, "unexpected status ", status, " in error page")
         status = 500
