@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane import admin
 from control_plane.api import errors, views
+from control_plane.api import observability  # noqa: F401  (adds routes to views.bp)
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.settings import SettingsError, load_settings
 

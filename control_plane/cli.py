@@ -27,6 +27,13 @@ def _controller(args: argparse.Namespace) -> int:
     return controller.main(load_settings())
 
 
+def _shipper(args: argparse.Namespace) -> int:
+    from control_plane import shipper
+    from control_plane.settings import load_settings
+
+    return shipper.main(load_settings())
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from control_plane import migrate
     from control_plane.settings import load_settings
@@ -164,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("controller", help="push snapshots to every gateway")
     p.set_defaults(func=_controller)
+
+    p = sub.add_parser("shipper", help="ship gateway access logs (SLUICE_ACCESS_LOGS) "
+                                       "to Postgres")
+    p.set_defaults(func=_shipper)
 
     p = sub.add_parser("migrate", help="apply Alembic migrations to DATABASE_URL")
     p.add_argument("direction", choices=["upgrade", "downgrade"])

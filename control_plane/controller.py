@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
 from control_plane.services.push import PushError, push
 from control_plane.settings import Settings, SettingsError, load_settings
+from control_plane.shipper import Shipper
 
 log = logging.getLogger("sluice.controller")
 
@@ -118,15 +120,31 @@ class Controller:
         """Signal-safe: the loop exits after the current tick."""
         self._stopping = True
 
+    def start_shipping(self) -> threading.Thread | None:
+        """Ship the access logs of SLUICE_ACCESS_LOGS in a thread of its own, so a
+        slow COPY never delays a push. Sources are read at start (not on SIGHUP)."""
+        if not self.settings.access_logs:
+            return None
+        shipper = Shipper(self._engine, self.settings.access_logs)
+        thread = threading.Thread(
+            target=shipper.run_forever, name="shipper", daemon=True,
+            args=(self.settings.ship_interval, lambda: self._stopping,
+                  self.settings.log_retention_days))
+        thread.start()
+        return thread
+
     def run_forever(self) -> None:
         log.info("controller started: %d gateway(s) from settings, interval %.2fs",
                  len(self.settings.gateways), self.settings.controller_interval)
+        shipping = self.start_shipping()
         while not self._stopping:
             if self._reload_requested:
                 self._reload_requested = False
                 self._guarded(self.reload)
             self._guarded(self.tick)
             self._sleep(self.settings.controller_interval)
+        if shipping is not None:
+            shipping.join(timeout=30)   # let the batch in flight commit
         self.close()
         log.info("controller stopped")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey,
-                        Integer, MetaData, String, Text, func)
+                        Index, Integer, MetaData, String, Text, func)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -183,3 +183,68 @@ class ConfigState(Base):
         DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+
+class InferenceLog(Base):
+    """One request answered by a gateway, shipped from its JSON access log.
+
+    `latency` and `upstream_latency` are milliseconds; `ts` is when the answer ended.
+    Rows are only ever appended by the shipper and removed by retention.
+    """
+    __tablename__ = "inference_logs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    gateway: Mapped[str] = mapped_column(String(256))
+    request_id: Mapped[str] = mapped_column(String(128), index=True)
+    consumer: Mapped[str | None] = mapped_column(String(128))
+    plan: Mapped[str | None] = mapped_column(String(128))
+    model_name: Mapped[str | None] = mapped_column(String(128))
+    backend: Mapped[str | None] = mapped_column(String(128))
+    method: Mapped[str | None] = mapped_column(String(16))
+    path: Mapped[str | None] = mapped_column(String(1024))
+    status: Mapped[int] = mapped_column(Integer)
+    latency: Mapped[int | None] = mapped_column(Integer)
+    upstream_latency: Mapped[int | None] = mapped_column(Integer)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    cache_status: Mapped[str | None] = mapped_column(String(16))
+    error_type: Mapped[str | None] = mapped_column(String(64))
+    bytes_sent: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_inference_logs_model_name_ts", "model_name", "ts"),)
+
+
+class LogCheckpoint(Base):
+    """How far the shipper got in one access-log file (by inode) of one source.
+
+    Updated in the transaction that inserts the rows read up to `offset`.
+    """
+    __tablename__ = "log_checkpoints"
+
+    source: Mapped[str] = mapped_column(String(256), primary_key=True)
+    inode: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now())
+
+
+class AuditEntry(Base):
+    """One admin change. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE."""
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(),
+                                         index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(16))
+    resource: Mapped[str] = mapped_column(String(32))
+    resource_id: Mapped[int | None] = mapped_column(BigInteger)
+    before: Mapped[dict | None] = mapped_column(JSONB)
+    after: Mapped[dict | None] = mapped_column(JSONB)
+    request_id: Mapped[str | None] = mapped_column(String(128))
+
+    __table_args__ = (
+        CheckConstraint("action IN ('create', 'update', 'delete')", name="action_known"),
+        Index("ix_audit_log_resource_resource_id", "resource", "resource_id"),
+    )

@@ -31,6 +31,10 @@ class Settings:
     config_file: str | None = None
     secret_key: str | None = None
     cookie_secure: bool = False
+    # log shipping (control_plane/shipper.py): gateways' access logs on this host
+    access_logs: tuple[Any, ...] = ()
+    ship_interval: float = 1.0
+    log_retention_days: float = 30.0
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -76,6 +80,10 @@ def _bool(value: str) -> bool:
     if value in ("0", "false", "no", "off", ""):
         return False
     raise ValueError("must be true or false")
+def _access_logs(value: str) -> tuple[Any, ...]:
+    from control_plane.shipper import parse_sources
+
+    return parse_sources(value)
 
 
 def _database_url(value: str) -> str | None:
@@ -99,6 +107,9 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_PUSH_TIMEOUT": ("push_timeout", _positive_float),
     "SLUICE_SECRET_KEY": ("secret_key", _str),
     "SLUICE_COOKIE_SECURE": ("cookie_secure", _bool),
+    "SLUICE_ACCESS_LOGS": ("access_logs", _access_logs),
+    "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
+    "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
 }
 
 

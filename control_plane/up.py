@@ -123,7 +123,8 @@ class Stack:
                    SLUICE_GATEWAY_TOKEN=creds["gateway_token"],
                    SLUICE_SECRET_KEY=creds["secret_key"],
                    SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
-                   SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port))
+                   SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port),
+                   SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}")
         backend_urls = self._demo_backends(env, logs)
 
         api = self._spawn("api", [sys.executable, "-m", "control_plane.cli", "api"], env, logs)

@@ -1,0 +1,97 @@
+"""Admin API for what happened: inference logs (search, per-model aggregates).
+
+Routes join the `api` blueprint of views.py; app.py imports this module before the
+blueprint is registered.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from flask import Response, jsonify, request
+
+from control_plane.api.validation import ValidationError
+from control_plane.api.views import bp, db
+from control_plane.services import inference_logs
+
+DEFAULT_STATS_WINDOW = timedelta(hours=1)
+
+
+def parse_time(raw: str) -> datetime:
+    """ISO 8601 (UTC when no offset is given) or Unix seconds."""
+    try:
+        return datetime.fromtimestamp(float(raw), tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        pass
+    # an unencoded "+02:00" arrives as " 02:00"
+    raw = re.sub(r" (\d\d:?\d\d)$", r"+\1", raw.strip()).replace("Z", "+00:00")
+    try:
+        t = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError("must be ISO 8601 (2026-11-29T17:00:00Z) or Unix seconds") from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _int_in(lo: int, hi: int):
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw)
+        except ValueError:
+            raise ValueError("must be an integer") from None
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return v
+    return parse
+
+
+def _text(raw: str) -> str:
+    if not raw or len(raw) > 256:
+        raise ValueError("must be 1 to 256 characters")
+    return raw
+
+
+def query_args(parsers: dict) -> dict:
+    """Parse the query string with `parsers` (name -> parser); unknown names are an
+    error too, so a typo never silently widens a search."""
+    out, errors = {}, {}
+    for name in request.args:
+        if name not in parsers:
+            errors[name] = "is not a known parameter (" + ", ".join(sorted(parsers)) + ")"
+    for name, parse in parsers.items():
+        raw = request.args.get(name)
+        if raw is None:
+            continue
+        try:
+            out[name] = parse(raw)
+        except ValueError as exc:
+            errors[name] = str(exc)
+    if errors:
+        raise ValidationError(errors, "invalid query parameters")
+    return out
+
+
+LOG_PARAMS = {"request_id": _text, "consumer": _text, "model": _text,
+              "status": _int_in(100, 599), "since": parse_time, "until": parse_time,
+              "before_id": _int_in(1, 2**63 - 1),
+              "limit": _int_in(1, inference_logs.MAX_LIMIT)}
+
+
+@bp.get("/logs")
+def logs() -> Response:
+    q = inference_logs.LogQuery(**query_args(LOG_PARAMS))
+    rows = inference_logs.search(db(), q)
+    body = {"items": [inference_logs.render(r) for r in rows]}
+    if len(rows) == q.limit:
+        body["next_before_id"] = rows[-1].id
+    return jsonify(body)
+
+
+@bp.get("/logs/stats")
+def logs_stats() -> Response:
+    args = query_args({"since": parse_time, "until": parse_time})
+    until = args.get("until") or datetime.now(timezone.utc)
+    since = args.get("since") or until - DEFAULT_STATS_WINDOW
+    if since >= until:
+        raise ValidationError({"since": "must be before until"}, "invalid query parameters")
+    return jsonify({"since": since.isoformat(), "until": until.isoformat(),
+                    "models": inference_logs.stats(db(), since, until)})
