@@ -12,8 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane import admin
-from control_plane.api import errors, views
-from control_plane.api import observability  # noqa: F401  (adds routes to views.bp)
+from control_plane.api import errors, observability, views
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.settings import SettingsError, load_settings
 
@@ -67,6 +66,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     errors.register_error_handlers(app)
     views.init_app(app)
     admin.init_app(app)
+    observability.init_app(app)   # its routes joined views.bp when it was imported
     return app
 
 

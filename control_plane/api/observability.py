@@ -1,4 +1,5 @@
-"""Admin API for what happened: inference logs (search, per-model aggregates).
+"""Admin API for what happened: inference logs (search, per-model aggregates) and
+the audit trail (who changed what).
 
 Routes join the `api` blueprint of views.py; app.py imports this module before the
 blueprint is registered.
@@ -8,11 +9,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from flask import Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 
+from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import bp, db
-from control_plane.services import inference_logs
+from control_plane.services import audit, inference_logs
+
+# X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
+ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 
 DEFAULT_STATS_WINDOW = timedelta(hours=1)
 
@@ -95,3 +100,38 @@ def logs_stats() -> Response:
         raise ValidationError({"since": "must be before until"}, "invalid query parameters")
     return jsonify({"since": since.isoformat(), "until": until.isoformat(),
                     "models": inference_logs.stats(db(), since, until)})
+
+
+AUDIT_PARAMS = {"resource": _text, "resource_id": _int_in(1, 2**63 - 1), "actor": _text,
+                "action": _text, "since": parse_time, "until": parse_time,
+                "before_id": _int_in(1, 2**63 - 1), "limit": _int_in(1, audit.MAX_LIMIT)}
+
+
+@bp.get("/audit")
+def audit_log() -> Response:
+    q = audit.AuditQuery(**query_args(AUDIT_PARAMS))
+    rows = audit.search(db(), q)
+    body = {"items": [audit.render(r) for r in rows]}
+    if len(rows) == q.limit:
+        body["next_before_id"] = rows[-1].id
+    return jsonify(body)
+
+
+def _set_actor() -> None:
+    if not request.path.startswith("/api/"):
+        return
+    name = request.headers.get("X-Sluice-Actor", "")
+    actor = "admin-token" + (":" + name if ACTOR_RE.match(name) else "")
+    audit.set_actor(actor, request_id())
+    g.audit_actor = actor
+
+
+def _clear_actor(_exc: BaseException | None = None) -> None:
+    if g.pop("audit_actor", None) is not None:
+        audit.set_actor("system", None)   # a pooled thread must not keep the last actor
+
+
+def init_app(app: Flask) -> None:
+    """Runs after the admin-token check (registered after views.init_app)."""
+    app.before_request(_set_actor)
+    app.teardown_appcontext(_clear_actor)

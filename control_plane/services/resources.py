@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.models import (ApiKey, Backend, Base, Consumer, Gateway, JwtIssuer, Model,
                                   Plan)
+from control_plane.services import audit
 from control_plane.services.config_state import bump_version
 from control_plane.services.errors import Conflict, Invalid, NotFound
 
@@ -61,6 +62,7 @@ class Resource(Generic[T]):
             session.add(obj)
             session.flush()
             self._changed(session)
+            audit.record(session, "create", self.label, obj.id, None, audit.state(obj))
         return obj
 
     def update(self, session: Session, id: int, data: Mapping[str, Any]) -> T:
@@ -69,20 +71,24 @@ class Resource(Generic[T]):
             self._check(session, data)
             changed = {k: v for k, v in data.items() if getattr(obj, k) != v}
             if changed:
+                before = audit.state(obj)
                 for field, value in changed.items():
                     setattr(obj, field, value)
                 self._on_update(obj, changed)
                 session.flush()
                 self._changed(session)
+                audit.record(session, "update", self.label, obj.id, before, audit.state(obj))
         return obj
 
     def delete(self, session: Session, id: int) -> None:
         with self._writing(session, {}):
             obj = self.get(session, id)
             self._before_delete(session, obj)
+            before = audit.state(obj)
             session.delete(obj)
             session.flush()
             self._changed(session)
+            audit.record(session, "delete", self.label, id, before, None)
 
     # hooks for subclasses
     def _check(self, session: Session, data: Mapping[str, Any]) -> None:

@@ -106,6 +106,16 @@ def test_up_serves_prints_how_and_stops_everything(var):
                                headers={"Authorization": f"Bearer {info['gateway_token']}"})
         assert metrics.status_code == 200
         assert f'sluice_requests_total{{model="{chat_model}",' in metrics.text
+        # the controller ships the request's log line into Postgres
+        rid = resp.headers["X-Request-Id"]
+        deadline = time.monotonic() + 20
+        while True:
+            found = requests.get(info["admin_url"] + f"/logs?request_id={rid}", timeout=5,
+                                 headers={"Authorization": f"Bearer {info['admin_token']}"})
+            if found.json()["items"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [i["model"] for i in found.json()["items"]] == [chat_model]
         models = requests.get(info["admin_url"] + "/models", timeout=5,
                               headers={"Authorization": f"Bearer {info['admin_token']}"})
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
