@@ -17,9 +17,10 @@ from flask import (Response, abort, flash, g, redirect, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from control_plane.admin.blueprint import bp
+from control_plane.api.errors import request_id
 from control_plane.api.views import db
 from control_plane.models import AdminUser
-from control_plane.services import admin_users
+from control_plane.services import admin_users, audit
 from control_plane.services.errors import NotFound
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ def _guard() -> Response | None:
             session.clear()
             user = None
     g.admin_user = user
+    if user is not None:
+        # the audit trail names the signed-in user (services/audit.py)
+        g.audit_actor = f"ui:{user.username}"
+        audit.set_actor(g.audit_actor, request_id())
     if request.method not in ("GET", "HEAD"):
         sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token", "")
         expected = session.get("csrf", "")

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 from control_plane.models import AuditEntry
 
 MAX_LIMIT = 1000
-# never copied into the trail (a key's hash is as good as the key for a lookup table)
-REDACTED = {"key_hash"}
+# never copied into the trail: a key's hash is as good as the key for a lookup table;
+# backend credentials are write-only; password hashes invite offline guessing
+REDACTED = {"key_hash", "auth_header", "password_hash"}
 SKIPPED = {"created_at", "updated_at"}
 
 _actor: ContextVar[str] = ContextVar("sluice_audit_actor", default="system")
@@ -65,7 +66,11 @@ def state(obj: Any) -> dict[str, Any]:
         name = attr.key
         if name in SKIPPED:
             continue
-        out[name] = "[redacted]" if name in REDACTED else _jsonable(getattr(obj, name))
+        value = getattr(obj, name)
+        if name in REDACTED:
+            out[name] = None if value is None else "[redacted]"
+        else:
+            out[name] = _jsonable(value)
     return out
 
 

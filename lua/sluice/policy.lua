@@ -3,6 +3,7 @@
 -- (see limits.lua for the algorithms). A consumer without a plan is not limited.
 local limits = require("sluice.limits")
 local plans = require("sluice.plans")
+local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -12,7 +13,13 @@ local ERR = ngx.ERR
 
 local _M = {}
 
-local function refuse(msg, retry_after)
+metrics.register("sluice_rate_limited_total", "counter",
+                 "Requests refused with 429 by a consumer's plan, by limit that refused.",
+                 { "model", "plan", "limit" })
+
+-- `limit`: rate, concurrent, daily or monthly
+local function refuse(msg, retry_after, model_name, lim, limit)
+    metrics.inc("sluice_rate_limited_total", 1, model_name, lim.name, limit)
     return 429, "rate_limited", msg, { retry_after = retry_after }
 end
 
@@ -35,7 +42,7 @@ function _M.check(ctx, snap, consumer, model_name)
         if not ok then
             return refuse("rate limit of plan " .. lim.name .. " exceeded ("
                           .. lim.rate .. " requests per second, burst " .. lim.burst .. ")",
-                          wait)
+                          wait, model_name, lim, "rate")
         end
     end
 
@@ -48,7 +55,7 @@ function _M.check(ctx, snap, consumer, model_name)
             ngx_log(ERR, "concurrency limit unavailable: ", err)
         else
             return refuse("too many concurrent requests (plan " .. lim.name .. " allows "
-                          .. lim.concurrent .. ")", 1)
+                          .. lim.concurrent .. ")", 1, model_name, lim, "concurrent")
         end
     end
 
@@ -58,7 +65,7 @@ function _M.check(ctx, snap, consumer, model_name)
                                            lim.daily)
         if counted == false then
             return refuse("daily request quota of plan " .. lim.name .. " used up ("
-                          .. lim.daily .. " requests)", info)
+                          .. lim.daily .. " requests)", info, model_name, lim, "daily")
         elseif counted == nil then
             ngx_log(ERR, "daily quota unavailable: ", info)
         end
@@ -70,7 +77,7 @@ function _M.check(ctx, snap, consumer, model_name)
         if counted == false then
             if daily_key then limits.uncount(daily_key) end
             return refuse("monthly request quota of plan " .. lim.name .. " used up ("
-                          .. lim.monthly .. " requests)", info)
+                          .. lim.monthly .. " requests)", info, model_name, lim, "monthly")
         elseif counted == nil then
             ngx_log(ERR, "monthly quota unavailable: ", info)
         end

@@ -214,3 +214,11 @@ def test_security_headers(ui):
     resp = ui.client.get("/admin/")
     assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
     assert resp.headers["X-Frame-Options"] == "DENY"
+
+
+def test_ui_changes_are_audited_as_the_signed_in_user(ui, api):
+    assert ui("/admin/models/new", {"name": "chat-audited", "timeout_ms": "1500",
+                                    "enabled": "on"}).status_code == 302
+    [entry] = api("get", "/audit?resource=model").get_json()["items"]
+    assert entry["actor"] == "ui:alice" and entry["action"] == "create"
+    assert entry["after"]["name"] == "chat-audited"

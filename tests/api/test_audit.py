@@ -61,3 +61,13 @@ def test_bad_filters(api):
     r = api("get", "/audit?resource_id=x&colour=red")
     assert r.status_code == 422
     assert set(r.get_json()["error"]["fields"]) == {"resource_id", "colour"}
+
+
+def test_backend_credentials_never_reach_the_trail(api, make):
+    backend = make("backend", auth_header="Bearer backend-secret-123")
+    api("patch", f"/backends/{backend['id']}", json={"auth_header": None})
+    entries = api("get", "/audit?resource=backend").get_json()["items"]
+    assert "backend-secret-123" not in str(entries)
+    update, create = entries
+    assert create["after"]["auth_header"] == "[redacted]"
+    assert update["before"]["auth_header"] == "[redacted]" and update["after"]["auth_header"] is None

@@ -132,3 +132,24 @@ def test_internal_listener_is_not_logged(served, helpers):
     assert len(lines) == 1 and lines[0]["path"] == "/v1/chat/completions"
     m = scrape(served)
     assert sum(s.value for s in m["sluice_requests_total"]) == 1
+
+
+def test_plans_and_rate_limits_are_counted(gateway, backends, helpers):
+    key = "sk-test-observe-plan-0123456789"
+    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
+    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
+                              "plan_id": 7}
+    snap["keys"][helpers.key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                                           "expires_at": None}
+    # 0.01/s: no token comes back during the test, so the counts are exact
+    snap["plans"] = {"7": {"id": 7, "name": "gold", "rate_per_second": 0.01, "burst": 2}}
+    assert gateway.push(snap).status_code == 200
+    statuses = [helpers.chat(gateway, key=key).status_code for _ in range(4)]
+    assert statuses == [200, 200, 429, 429]
+    m = scrape(gateway)
+    assert value(m, "sluice_rate_limited_total", model="chat-demo", plan="gold",
+                 limit="rate") == 2
+    assert value(m, "sluice_requests_total", model="chat-demo", status="429",
+                 plan="gold") == 2
+    assert value(m, "sluice_requests_total", model="chat-demo", status="200",
+                 plan="gold") == 2
