@@ -19,8 +19,10 @@ from werkzeug.datastructures import MultiDict
 from control_plane.api.schemas import Schema, iso
 from control_plane.api.validation import ValidationError, validate
 
-# select: one of fixed strings; ref: the id of another row, chosen by its name
-KINDS = ("text", "number", "checkbox", "select", "ref", "names", "json", "datetime")
+# select: one of fixed strings; ref: the id of another row, chosen by its name;
+# decimal: a number with a fraction; secret: write-only, never shown again
+KINDS = ("text", "number", "decimal", "checkbox", "select", "ref", "names", "json",
+         "datetime", "secret")
 
 
 @dataclass(frozen=True)
@@ -34,26 +36,48 @@ class Input:
     choices: Callable[[Session], list[tuple[str, str]]] | None = None
     create_only: bool = False  # shown when creating, fixed afterwards
     default: str | bool = ""   # what a new form shows
+    blank_is_null: bool = False  # an emptied field means null (e.g. "unlimited")
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown input kind {self.kind!r}")
 
 
+_ABSENT = object()  # leave the field out: the column default applies
+
+
+def clear_name(inp: Input) -> str:
+    """The checkbox that removes a stored secret."""
+    return inp.name + "__clear"
+
+
 def _convert(inp: Input, form: MultiDict) -> Any:
-    """The JSON value for one input; `_ABSENT` leaves it out (column default)."""
+    """The JSON value for one input, or `_ABSENT`."""
     raw = form.get(inp.name, "")
     if inp.kind == "checkbox":
         return inp.name in form
+    if inp.kind == "secret":
+        if clear_name(inp) in form:
+            return None
+        return raw if raw else _ABSENT  # empty: keep what is stored
     raw = raw.strip()
+    if not raw and inp.blank_is_null:
+        return None
     if inp.kind in ("text", "select"):
         return raw if raw or not inp.required else _ABSENT
     if inp.kind in ("number", "ref"):
         if not raw:
             return _ABSENT
-        if not re.fullmatch(r"-?\d{1,12}", raw):
+        if not re.fullmatch(r"-?\d{1,16}", raw):
             raise ValueError("must be a whole number")
         return int(raw)
+    if inp.kind == "decimal":
+        if not raw:
+            return _ABSENT
+        if not re.fullmatch(r"-?\d{1,16}(\.\d{1,9})?", raw):
+            raise ValueError("must be a number such as 2 or 0.5")
+        number = float(raw)
+        return int(number) if number.is_integer() else number
     if inp.kind == "names":
         names = [n for n in re.split(r"[\s,]+", raw) if n]
         return names or None
@@ -68,9 +92,6 @@ def _convert(inp: Input, form: MultiDict) -> Any:
     if inp.kind == "datetime":
         return raw or None
     raise AssertionError(inp.kind)
-
-
-_ABSENT = object()
 
 
 def parse_form(form: MultiDict, inputs: list[Input], schema: Schema, *,
@@ -106,6 +127,9 @@ def form_values(obj: Any, inputs: list[Input]) -> dict[str, Any]:
         value = getattr(obj, inp.name, None)
         if inp.kind == "checkbox":
             values[inp.name] = bool(value)
+        elif inp.kind == "secret":
+            values[inp.name] = ""  # never sent back to the browser
+            values[clear_name(inp)] = value is not None  # whether one is stored
         elif inp.kind == "names":
             values[inp.name] = ", ".join(value) if value else ""
         elif inp.kind == "json":
@@ -123,5 +147,12 @@ def default_values(inputs: list[Input]) -> dict[str, Any]:
 
 def submitted_values(form: Mapping[str, str], inputs: list[Input]) -> dict[str, Any]:
     """The values a user typed, shown again next to the errors they caused."""
-    return {inp.name: (inp.name in form) if inp.kind == "checkbox" else form.get(inp.name, "")
-            for inp in inputs}
+    values: dict[str, Any] = {}
+    for inp in inputs:
+        if inp.kind == "checkbox":
+            values[inp.name] = inp.name in form
+        elif inp.kind == "secret":
+            values[inp.name] = ""  # not echoed, even when the form had errors
+        else:
+            values[inp.name] = form.get(inp.name, "")
+    return values

@@ -7,18 +7,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import abort, flash, redirect, render_template, request, url_for
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from control_plane.admin.blueprint import bp
 from control_plane.admin.forms import (Input, default_values, form_values, parse_form,
                                        submitted_values)
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       KeySchema, ModelSchema, Schema, iso)
+                                       KeySchema, ModelSchema, PlanSchema, Schema, iso)
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
+from control_plane.models import Consumer, Plan
 from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MODELS,
-                                              Resource)
+                                              PLANS, Resource)
 
 Column = tuple[str, Callable[[Any], Any]]
 
@@ -48,8 +49,26 @@ def _consumer_choices(session: Session) -> list[tuple[str, str]]:
     return [(str(c.id), c.name) for c in CONSUMERS.list(session)]
 
 
+def _plan_choices(session: Session) -> list[tuple[str, str]]:
+    return [(str(p.id), p.name) for p in PLANS.list(session)]
+
+
+def _plan_name(consumer: Consumer) -> str:
+    if consumer.plan_id is None:
+        return "—"
+    return object_session(consumer).get(Plan, consumer.plan_id).name
+
+
 def _yes(value: bool) -> str:
     return "yes" if value else "no"
+
+
+def _limit(value: Any) -> Any:
+    return "unlimited" if value is None else value
+
+
+def _limit_input(name: str, label: str, help: str) -> Input:
+    return Input(name, label, "number", blank_is_null=True, help=help + " Empty: unlimited.")
 
 
 PAGES: dict[str, Page] = {p.kind: p for p in [
@@ -71,10 +90,14 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        choices=lambda _s: [("openai", "openai"), ("predict", "predict")]),
                  Input("weight", "Weight", "number", default="100",
                        help="Share of the model's traffic, 0 to 1000; 0 drains it."),
+                 Input("auth_header", "Authorization header", "secret",
+                       help="Sent to the backend as Authorization, e.g. \"Bearer sk-…\". "
+                            "Write-only: it is never shown again; leave empty to keep it."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda b: b.name), ("Model", lambda b: b.model.name),
                   ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),
                   ("Weight", lambda b: b.weight if b.weight else "0 (drained)"),
+                  ("Credential", lambda b: "set" if b.auth_header is not None else "—"),
                   ("Enabled", lambda b: _yes(b.enabled))]),
     Page("consumers", "Consumers", "consumer", CONSUMERS, ConsumerSchema(),
          inputs=[Input("name", "Name", required=True),
@@ -82,11 +105,33 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        help="Model names, separated by commas; empty allows every model."),
                  Input("attributes", "Attributes (JSON)", "json", default="{}",
                        help='Facts routing rules can test, e.g. {"user_type": "vip"}.'),
+                 Input("plan_id", "Plan", "ref", choices=_plan_choices, blank_is_null=True,
+                       help="Its rate limits and quotas; none: unlimited."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda c: c.name),
                   ("Allowed models", lambda c: ", ".join(c.allowed_models)
                    if c.allowed_models is not None else "all"),
+                  ("Plan", _plan_name),
                   ("Keys", lambda c: len(c.keys)), ("Enabled", lambda c: _yes(c.enabled))]),
+    Page("plans", "Plans", "plan", PLANS, PlanSchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("rate_per_second", "Requests per second", "decimal", default="100",
+                       help="The token bucket's refill rate, e.g. 5 or 0.5."),
+                 Input("burst", "Burst", "number", blank_is_null=True,
+                       help="The bucket's size; empty: one second's worth."),
+                 _limit_input("max_concurrent", "Concurrent requests", "At most this many at once."),
+                 _limit_input("daily_requests", "Requests per day", "UTC days."),
+                 _limit_input("monthly_requests", "Requests per month", "UTC months."),
+                 _limit_input("monthly_tokens", "Tokens per month", "Prompt plus completion."),
+                 Input("model_overrides", "Per-model overrides (JSON)", "json", default="{}",
+                       help='e.g. {"chat-demo": {"rate_per_second": 2}}')],
+         columns=[("Name", lambda p: p.name), ("Req/s", lambda p: f"{p.rate_per_second:g}"),
+                  ("Burst", lambda p: p.burst or "1 s worth"),
+                  ("Concurrent", lambda p: _limit(p.max_concurrent)),
+                  ("Per day", lambda p: _limit(p.daily_requests)),
+                  ("Per month", lambda p: _limit(p.monthly_requests)),
+                  ("Tokens/month", lambda p: _limit(p.monthly_tokens)),
+                  ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—")]),
     Page("keys", "API keys", "API key", KEYS, KeySchema(),
          inputs=[Input("consumer_id", "Consumer", "ref", required=True,
                        choices=_consumer_choices, create_only=True),

@@ -222,3 +222,52 @@ def test_ui_changes_are_audited_as_the_signed_in_user(ui, api):
     [entry] = api("get", "/audit?resource=model").get_json()["items"]
     assert entry["actor"] == "ui:alice" and entry["action"] == "create"
     assert entry["after"]["name"] == "chat-audited"
+
+
+def test_plan_form_takes_decimals_and_blank_means_unlimited(ui, api):
+    resp = ui("/admin/plans/new", {"name": "gold", "rate_per_second": "0.5",
+                                   "daily_requests": "1000", "max_concurrent": "",
+                                   "model_overrides": '{"chat": {"burst": 3}}'})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [plan] = api("get", "/plans").get_json()["items"]
+    assert (plan["rate_per_second"], plan["daily_requests"], plan["max_concurrent"]) == (
+        0.5, 1000, None)
+    assert plan["model_overrides"] == {"chat": {"burst": 3}}
+    # Emptying a limit on edit makes it unlimited again.
+    resp = ui(f"/admin/plans/{plan['id']}", {"name": "gold", "rate_per_second": "2",
+                                             "daily_requests": "", "model_overrides": "{}"})
+    assert resp.status_code == 302
+    plan = api("get", f"/plans/{plan['id']}").get_json()
+    assert (plan["rate_per_second"], plan["daily_requests"]) == (2, None)
+    bad = ui("/admin/plans/new", {"name": "x", "rate_per_second": "fast"})
+    assert "Requests per second must be a number such as 2 or 0.5" in bad.get_data(as_text=True)
+
+
+def test_consumer_gets_a_plan_from_a_list_and_can_lose_it(ui, api):
+    plan = api("post", "/plans", json={"name": "silver"}).get_json()
+    resp = ui("/admin/consumers/new", {"name": "c-plan", "plan_id": str(plan["id"]),
+                                       "enabled": "on"})
+    assert resp.status_code == 302
+    [consumer] = api("get", "/consumers").get_json()["items"]
+    assert consumer["plan_id"] == plan["id"]
+    assert "silver" in ui.client.get("/admin/consumers/").get_data(as_text=True)
+    ui(f"/admin/consumers/{consumer['id']}", {"name": "c-plan", "plan_id": "",
+                                              "enabled": "on"})
+    assert api("get", f"/consumers/{consumer['id']}").get_json()["plan_id"] is None
+
+
+def test_backend_credential_is_write_only(ui, make, api, db_url):
+    backend = make("backend")
+    path = f"/admin/backends/{backend['id']}"
+    fields = {"name": backend["name"], "model_id": str(backend["model_id"]),
+              "url": backend["url"], "protocol": "openai", "weight": "100", "enabled": "on"}
+    assert ui(path, {**fields, "auth_header": "Bearer upstream-secret"}).status_code == 302
+    assert api("get", path.replace("/admin", "")).get_json()["auth_header_set"] is True
+    form = ui.client.get(path).get_data(as_text=True)
+    assert "upstream-secret" not in form and "Remove the stored value" in form
+    assert "upstream-secret" not in ui.client.get("/admin/backends/").get_data(as_text=True)
+    # An empty field keeps it; the checkbox removes it.
+    assert ui(path, fields).status_code == 302
+    assert api("get", path.replace("/admin", "")).get_json()["auth_header_set"] is True
+    assert ui(path, {**fields, "auth_header__clear": "on"}).status_code == 302
+    assert api("get", path.replace("/admin", "")).get_json()["auth_header_set"] is False
