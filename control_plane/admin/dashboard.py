@@ -1,9 +1,14 @@
-"""The dashboard: the fleet at a glance, refreshed in place from /admin/status.json."""
+"""The dashboard: the fleet at a glance, refreshed in place from /admin/status.json.
+
+Traffic figures come from the gateways' own metrics (read with the gateway token at
+each refresh); the page's script turns two readings into rates and percentiles.
+"""
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from flask import Response, jsonify, render_template
+from flask import Response, current_app, jsonify, render_template
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -11,8 +16,9 @@ from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
 from control_plane.models import ApiKey, Backend, Consumer, Model
+from control_plane.services import fleet_metrics
 from control_plane.services.config_state import current_version
-from control_plane.services.resources import GATEWAYS
+from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 
 REFRESH_MS = 2000
 
@@ -21,7 +27,8 @@ def status(session: Session) -> dict[str, Any]:
     """What the dashboard shows; the page and its JSON refresh share this."""
     version = current_version(session)
     gateways = []
-    for gw in GATEWAYS.list(session):
+    rows = GATEWAYS.list(session)
+    for gw in rows:
         if gw.acked_version is None:
             state = "never acknowledged"
         elif gw.acked_version == version:
@@ -37,8 +44,25 @@ def status(session: Session) -> dict[str, Any]:
                                    ("consumers", Consumer), ("keys", ApiKey))}
     drained = session.scalar(select(func.count()).select_from(Backend)
                              .where(Backend.weight == 0))
+    backends = [{"name": b.name, "model": b.model.name, "weight": b.weight,
+                 "enabled": b.enabled,
+                 "state": "disabled" if not b.enabled else "drained" if b.weight == 0
+                 else "serving"} for b in BACKENDS.list(session)]
     return {"version": version, "gateways": gateways, "counts": counts,
-            "drained_backends": drained}
+            "drained_backends": drained, "backends": backends,
+            "models": [m.name for m in MODELS.list(session)],
+            "traffic": _traffic({gw.name: gw.internal_url for gw in rows})}
+
+
+def _traffic(gateways: dict[str, str]) -> dict[str, Any] | None:
+    """Cumulative counters summed over the gateways that answered; None when this
+    process has no gateway token to read them with."""
+    token = current_app.config["SLUICE_SETTINGS"].gateway_token
+    if not token:
+        return None
+    texts, errors = fleet_metrics.scrape(gateways, token)
+    return {"sampled_at": time.time(), "unreachable": errors,
+            **fleet_metrics.summarize(texts)}
 
 
 @bp.get("/")

@@ -2,12 +2,11 @@
 does in it reaches the gateway."""
 from __future__ import annotations
 
+import threading
 import time
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-
-from control_plane.runtime.admin import AdminError
 
 
 def _row_with(ui, text: str):
@@ -107,8 +106,46 @@ def test_dashboard_shows_acked_versions_and_refreshes_in_place(stack, ui):
         (By.CSS_SELECTOR, "[data-field='version']"), newer))
     ui.wait(lambda d: newer in d.find_element(By.ID, "gateway-rows").text
             and "in sync" in d.find_element(By.ID, "gateway-rows").text)
+    ui.wait(EC.presence_of_element_located((By.CSS_SELECTOR, "tr[data-model='appears-live']")))
     assert ui.driver.execute_script("return window.__stillHere === true;"), \
         "the page reloaded instead of refreshing in place"
+
+
+def _metric(ui, model: str, column: int) -> float | None:
+    cells = ui.driver.find_elements(
+        By.CSS_SELECTOR, f"tr[data-model='{model}'] .metric-value")
+    raw = cells[column].get_attribute("data-value") if len(cells) > column else ""
+    return float(raw) if raw else None
+
+
+def test_dashboard_charts_live_traffic_per_model(stack, demo, ui):
+    ui.sign_in_with_the_keyboard("olga")
+    ui.open("/")
+    key = demo["key"]["key"]
+    stop = threading.Event()
+    sent = []
+
+    def traffic():  # bounded: at most 1000 requests, to 127.0.0.1 only
+        while not stop.is_set() and len(sent) < 1000:
+            sent.append(stack.chat(key, "chat-demo").status_code)
+            time.sleep(0.02)
+
+    worker = threading.Thread(target=traffic)
+    worker.start()
+    try:
+        ui.wait(lambda _d: (_metric(ui, "chat-demo", 0) or 0) > 0
+                and _metric(ui, "chat-demo", 2) is not None, timeout=40)
+        # a few more readings, so the charts have a line to draw
+        ui.wait(lambda d: len(d.find_element(
+            By.CSS_SELECTOR, "tr[data-model='chat-demo'] svg.spark polyline")
+            .get_attribute("points").split()) >= 5, timeout=60)
+    finally:
+        stop.set()
+        worker.join()
+    assert set(sent) == {200}
+    assert _metric(ui, "chat-demo", 1) == 0  # no 5xx among them
+    backend_row = ui.find("#backend-rows tr")
+    assert "chat-a" in backend_row.text and "serving" in backend_row.text
     ui.screenshot("dashboard.png")
 
 
