@@ -30,7 +30,8 @@
 -- FIXME: a worker that dies mid-request leaks its slots until the dict is flushed.
 --
 -- Quotas: one counter per consumer, scope and UTC day or month, incremented before
--- forwarding and given back when the request is refused later in access.
+-- forwarding and given back when the request is refused later in access (token
+-- quotas: see tokens.lua).
 local ngx = ngx
 local ngx_now = ngx.now
 local ngx_time = ngx.time
@@ -96,10 +97,12 @@ function _M.leave(key)
     dict:incr(key, -1, 1)
 end
 
--- Count one request against quota `limit` for the current day ("d") or month ("m").
+-- Count `amount` (default 1) against quota `limit` for the current day ("d") or
+-- month ("m").
 -- Returns true and the counter's key (for uncount), or false and seconds until the
 -- period ends, or nil and an error.
-function _M.count(prefix, period, limit)
+function _M.count(prefix, period, limit, amount)
+    amount = amount or 1
     local now = ngx_time()
     local key, ttl
     if period == "d" then
@@ -107,12 +110,12 @@ function _M.count(prefix, period, limit)
     else
         key, ttl = prefix .. os_date("!%Y%m", now), to_next_month(now)
     end
-    local n, err = dict:incr(key, 1, 0, ttl + 60)
+    local n, err = dict:incr(key, amount, 0, ttl + 60)
     if not n then
         return nil, err
     end
     if n > limit then
-        dict:incr(key, -1)
+        dict:incr(key, -amount)
         return false, ttl
     end
     return true, key
@@ -120,6 +123,11 @@ end
 
 function _M.uncount(key)
     dict:incr(key, -1)
+end
+
+-- Settle a counter (token reconciliation); a key that has expired is left alone.
+function _M.add(key, delta)
+    dict:incr(key, delta)
 end
 
 _M.to_next_day = to_next_day

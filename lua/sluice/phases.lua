@@ -96,7 +96,8 @@ function _M.access()
     end
 
     local extra
-    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name)
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
+                                                endpoint.protocol == "openai")
     if status then
         return errors.exit(status, err_type, msg, extra)
     end
@@ -133,9 +134,13 @@ function _M.header_filter()
     policy.headers(ngx.ctx)
 end
 
+function _M.body_filter()
+    policy.body_filter(ngx.ctx)
+end
+
 function _M.log()
     observe.log()
-    policy.release()
+    policy.release(ngx.ctx)
 end
 
 function _M.internal()

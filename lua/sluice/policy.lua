@@ -1,9 +1,10 @@
 -- A consumer's plan on the hot path: rate limit, concurrent requests, request
--- quotas, in that order (cheapest refusal first). Counters live in sluice_limits
--- (see limits.lua for the algorithms). A consumer without a plan is not limited.
+-- quotas, token quota (reservation, tokens.lua), in that order (cheapest refusal
+-- first). Counters live in sluice_limits (see limits.lua for the algorithms). A consumer without a plan is not limited.
 local limits = require("sluice.limits")
 local plans = require("sluice.plans")
 local metrics = require("sluice.metrics")
+local tokens = require("sluice.tokens")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -17,14 +18,15 @@ metrics.register("sluice_rate_limited_total", "counter",
                  "Requests refused with 429 by a consumer's plan, by limit that refused.",
                  { "model", "plan", "limit" })
 
--- `limit`: rate, concurrent, daily or monthly
+-- `limit`: rate, concurrent, daily, monthly or tokens
 local function refuse(msg, retry_after, model_name, lim, limit)
     metrics.inc("sluice_rate_limited_total", 1, model_name, lim.name, limit)
     return 429, "rate_limited", msg, { retry_after = retry_after }
 end
 
 -- Returns nil when the request may go on; else status, type, message, extra.
-function _M.check(ctx, snap, consumer, model_name)
+-- `llm`: the endpoint counts tokens (monthly_tokens applies).
+function _M.check(ctx, snap, consumer, model_name, llm)
     local plan = consumer.plan_id and snap.plans[consumer.plan_id]
     if not plan then
         return nil
@@ -59,7 +61,7 @@ function _M.check(ctx, snap, consumer, model_name)
         end
     end
 
-    local daily_key
+    local daily_key, monthly_key
     if lim.daily then
         local counted, info = limits.count("qd:" .. cid .. lim.daily_scope .. ":", "d",
                                            lim.daily)
@@ -81,6 +83,16 @@ function _M.check(ctx, snap, consumer, model_name)
         elseif counted == nil then
             ngx_log(ERR, "monthly quota unavailable: ", info)
         end
+        monthly_key = counted and info
+    end
+    if lim.tokens and llm and ctx.request_doc then
+        local msg, retry_after = tokens.reserve(ctx, lim, cid, ctx.request_len,
+                                                ctx.request_doc)
+        if msg then
+            if daily_key then limits.uncount(daily_key) end
+            if monthly_key then limits.uncount(monthly_key) end
+            return refuse(msg, retry_after, model_name, lim, "tokens")
+        end
     end
     return nil
 end
@@ -94,12 +106,20 @@ function _M.headers(ctx)
     end
 end
 
--- log: give back the concurrency slot.
-function _M.release()
+-- body_filter: watch for the backend's token usage when tokens are reserved.
+function _M.body_filter(ctx)
+    if ctx.usage_scan then
+        tokens.body_filter(ctx)
+    end
+end
+
+-- log: give back the concurrency slot, settle reserved tokens.
+function _M.release(ctx)
     local key = ngx_var.sluice_concurrency
     if key and key ~= "" then
         limits.leave(key)
     end
+    tokens.reconcile(ctx)
 end
 
 return _M

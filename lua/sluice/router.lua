@@ -69,6 +69,9 @@ function _M.model_name(endpoint, path_model)
     if not body then
         return nil, doc, err_type, msg
     end
+    -- kept for later steps (token reservation) so the body is decoded once
+    local ctx = ngx.ctx
+    ctx.request_doc, ctx.request_len = doc, #body
     if endpoint == ENDPOINT_PREDICT then
         return path_model
     end

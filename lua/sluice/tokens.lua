@@ -1,0 +1,167 @@
+-- Token quotas for LLM requests: reserve before forwarding, reconcile afterwards.
+--
+--   access:      reserve = ceil(body bytes / 4) + max_tokens (or DEFAULT_MAX_TOKENS);
+--                incr the month's counter by it; over the quota -> give it back, 429
+--   body_filter: find `usage` in the answer (a JSON body, buffered up to MAX_BODY; or
+--                the SSE event that carries it, usually the last before [DONE])
+--   log:         incr the counter by (used - reserved); no usage seen -> keep the
+--                reservation as the charge, unless the backend failed (refund)
+--
+-- So a burst of long requests cannot overrun the quota: each one holds its worst case
+-- until the backend says what it really used. Bytes / 4 overestimates tokens for
+-- most text; it only has to be an upper bound until reconciliation.
+-- The reservation rides in nginx variables: ngx.ctx does not survive error_page.
+local cjson = require("cjson.safe")
+local limits = require("sluice.limits")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_arg = ngx.arg
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local str_find = string.find
+local str_sub = string.sub
+local concat = table.concat
+local tonumber = tonumber
+local type = type
+local ceil = math.ceil
+local floor = math.floor
+
+local DEFAULT_MAX_TOKENS = 1024    -- reserved when the request sets no max_tokens
+local MAX_BODY = 1024 * 1024       -- a JSON answer larger than this is not parsed
+local MAX_CARRY = 64 * 1024        -- an SSE line longer than this is not parsed
+
+local _M = {}
+_M.DEFAULT_MAX_TOKENS = DEFAULT_MAX_TOKENS
+
+local function requested_max(doc)
+    local n = doc.max_completion_tokens
+    if type(n) ~= "number" then
+        n = doc.max_tokens
+    end
+    if type(n) == "number" and n >= 0 and n < 2 ^ 31 then
+        return floor(n)
+    end
+    return DEFAULT_MAX_TOKENS
+end
+
+-- Access phase. Returns nil when admitted; else a message and seconds to wait.
+function _M.reserve(ctx, lim, cid, body_len, doc)
+    local reserve = ceil(body_len / 4) + requested_max(doc)
+    local prefix = "tm:" .. cid .. lim.tokens_scope .. ":"
+    local ok, info = limits.count(prefix, "m", lim.tokens, reserve)
+    if ok == nil then
+        ngx_log(ERR, "token quota unavailable: ", info)
+        return nil
+    end
+    if not ok then
+        return "monthly token quota of plan " .. lim.name .. " would be exceeded ("
+               .. lim.tokens .. " tokens; this request may use up to " .. reserve .. ")", info
+    end
+    ngx_var.sluice_token_key = info
+    ngx_var.sluice_token_reserved = reserve
+    ctx.usage_scan = true
+    return nil
+end
+
+local function take_usage(ctx, usage)
+    if type(usage) ~= "table" then
+        return
+    end
+    local p, c = usage.prompt_tokens, usage.completion_tokens
+    local total = usage.total_tokens
+    if type(total) ~= "number" then
+        if type(p) ~= "number" or type(c) ~= "number" then
+            return
+        end
+        total = p + c
+    end
+    ctx.usage_total = total
+    ngx_var.sluice_prompt_tokens = type(p) == "number" and p or ""
+    ngx_var.sluice_completion_tokens = type(c) == "number" and c or ""
+end
+
+-- SSE: scan complete lines for a data event with "usage"; keep the unfinished tail.
+local function scan_sse(ctx, chunk)
+    local buf = ctx.usage_carry
+    buf = buf and buf .. chunk or chunk
+    local last = 0      -- end of the last complete line
+    if str_find(buf, '"usage"', 1, true) then
+        local pos = 1
+        while true do
+            local nl = str_find(buf, "\n", pos, true)
+            if not nl then
+                break
+            end
+            if str_sub(buf, pos, pos + 5) == "data: " then
+                local u = str_find(buf, '"usage"', pos, true)
+                if u and u < nl then
+                    local event = cjson.decode(str_sub(buf, pos + 6, nl - 1))
+                    if type(event) == "table" then
+                        take_usage(ctx, event.usage)
+                    end
+                end
+            end
+            last = nl
+            pos = nl + 1
+        end
+    else
+        last = str_find(buf, "\n[^\n]*$") or 0
+    end
+    local rest = str_sub(buf, last + 1)
+    ctx.usage_carry = #rest <= MAX_CARRY and rest or nil
+end
+
+-- body_filter: cheap unless this request holds a reservation.
+function _M.body_filter(ctx)
+    local chunk, eof = ngx_arg[1], ngx_arg[2]
+    if ctx.usage_sse == nil then
+        local ct = ngx_var.upstream_http_content_type or ""
+        ctx.usage_sse = str_find(ct, "text/event-stream", 1, true) ~= nil
+        ctx.usage_parts, ctx.usage_n, ctx.usage_bytes = {}, 0, 0
+    end
+    if ctx.usage_sse then
+        if chunk ~= "" then
+            scan_sse(ctx, chunk)
+        end
+        return
+    end
+    if chunk ~= "" and ctx.usage_bytes <= MAX_BODY then
+        local n = ctx.usage_n + 1
+        ctx.usage_parts[n] = chunk
+        ctx.usage_n = n
+        ctx.usage_bytes = ctx.usage_bytes + #chunk
+    end
+    if eof then
+        if ctx.usage_bytes <= MAX_BODY then
+            local doc = cjson.decode(concat(ctx.usage_parts, "", 1, ctx.usage_n))
+            if type(doc) == "table" then
+                take_usage(ctx, doc.usage)
+            end
+        end
+        ctx.usage_parts = nil
+    end
+end
+
+-- log: settle the reservation. `ctx` may be empty after an error_page redirect.
+function _M.reconcile(ctx)
+    local key = ngx_var.sluice_token_key
+    if not key or key == "" then
+        return
+    end
+    local reserved = tonumber(ngx_var.sluice_token_reserved) or 0
+    local used = ctx.usage_total
+    if not used then
+        local status = ngx.status
+        if status >= 400 or not ctx.usage_scan then
+            used = 0      -- refused, failed or never forwarded: nothing was generated
+        else
+            used = reserved
+        end
+    end
+    if used ~= reserved then
+        limits.add(key, used - reserved)
+    end
+end
+
+return _M

@@ -1,0 +1,139 @@
+"""Monthly token quotas: reserve prompt size + max_tokens before forwarding,
+reconcile with the usage the backend reports (JSON body or the SSE stream's usage
+event). The demo backend counts words: "hello there" -> 2 prompt tokens, answer
+"echo: hello there" -> 3 completion tokens, 5 in all."""
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+PLAN_KEY = "sk-test-tokens-0123456789abcdef"
+USED = 5
+
+
+def token_snapshot(helpers, backends, plan: dict) -> dict:
+    snap = helpers.make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
+        "chat-other": (5000, [backends["openai-b"].entry(2)])})
+    snap["consumers"]["3"] = {"id": 3, "name": "metered", "allowed_models": None,
+                              "plan_id": 4}
+    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
+                                                "prefix": PLAN_KEY[:10], "expires_at": None}
+    snap["plans"] = {"4": {"id": 4, "name": "metered", "rate_per_second": 1000, **plan}}
+    return snap
+
+
+def payload(max_tokens=20, model="chat-demo", **extra) -> str:
+    return json.dumps({"model": model, "max_tokens": max_tokens,
+                       "messages": [{"role": "user", "content": "hello there"}], **extra})
+
+
+def reserve(body: str) -> int:
+    """What the gateway reserves for `body` (lua/sluice/tokens.lua)."""
+    return math.ceil(len(body.encode()) / 4) + json.loads(body)["max_tokens"]
+
+
+def call(gw, body: str, headers=None) -> requests.Response:
+    h = {"Authorization": f"Bearer {PLAN_KEY}", "Content-Type": "application/json"}
+    h.update(headers or {})
+    return requests.post(gw.url + "/v1/chat/completions", data=body, headers=h, timeout=10)
+
+
+def serve(gateway_factory, helpers, backends, plan):
+    gw = gateway_factory()
+    r = gw.push(token_snapshot(helpers, backends, plan))
+    assert r.status_code == 200, r.text
+    return gw
+
+
+def test_usage_reconciles_the_reservation(gateway_factory, helpers, backends):
+    body = payload()
+    r_size = reserve(body)
+    quota = 100
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": quota})
+    admitted = 0
+    while True:
+        r = call(gw, body)
+        if r.status_code != 200:
+            break
+        assert r.json()["usage"]["total_tokens"] == USED
+        admitted += 1
+        assert admitted < 100
+    err = helpers.assert_error(r, 429, "rate_limited")
+    assert "monthly token quota" in err["message"] and err["retry_after"] >= 1
+    # with reconciliation each request costs what it used, plus room for one reservation
+    assert admitted == (quota - r_size) // USED + 1
+    assert admitted > quota // r_size   # what counting reservations only would allow
+
+
+def test_request_larger_than_quota_is_refused_up_front(gateway_factory, helpers, backends):
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": 100})
+    r = call(gw, payload(max_tokens=200))
+    err = helpers.assert_error(r, 429, "rate_limited")
+    assert "may use up to" in err["message"]
+    assert call(gw, payload(max_tokens=20)).status_code == 200
+
+
+def test_burst_of_long_requests_cannot_overrun(gateway_factory, helpers, backends):
+    body = payload(max_tokens=60)
+    r_size = reserve(body)
+    quota = 2 * r_size + r_size // 2       # room for two reservations, not three
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": quota})
+    slow = {"X-Demo-Latency-Ms": "1000"}
+    with ThreadPoolExecutor(5) as pool:
+        results = [f.result() for f in [pool.submit(call, gw, body, slow) for _ in range(5)]]
+    assert sorted(r.status_code for r in results) == [200, 200, 429, 429, 429]
+
+
+def test_stream_usage_event_reconciles(gateway_factory, helpers, backends):
+    body = payload(stream=True, stream_options={"include_usage": True})
+    r_size = reserve(body)
+    # a second request fits only if the first was settled at its real usage
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size + USED})
+    r = call(gw, body)
+    assert r.status_code == 200 and "[DONE]" in r.text
+    assert call(gw, body).status_code == 200
+    helpers.assert_error(call(gw, body), 429, "rate_limited")
+
+
+def test_stream_without_usage_keeps_the_reservation(gateway_factory, helpers, backends):
+    body = payload(stream=True)
+    r_size = reserve(body)
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size + USED})
+    assert call(gw, body).status_code == 200
+    helpers.assert_error(call(gw, body), 429, "rate_limited")
+
+
+def test_failed_backend_refunds_the_reservation(gateway_factory, helpers, backends):
+    body = payload()
+    r_size = reserve(body)
+    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size})
+    for _ in range(3):
+        r = call(gw, body, {"X-Demo-Status": "500"})
+        helpers.assert_error(r, 502, "backend_error")
+    assert call(gw, body).status_code == 200
+    helpers.assert_error(call(gw, body), 429, "rate_limited")
+
+
+def test_per_model_token_quota(gateway_factory, helpers, backends):
+    body = payload()
+    gw = serve(gateway_factory, helpers, backends, {
+        "monthly_tokens": 10_000, "models": {"chat-other": {"monthly_tokens": reserve(body)}}})
+    other = payload(model="chat-other")
+    assert call(gw, other).status_code == 200
+    helpers.assert_error(call(gw, other), 429, "rate_limited")
+    assert call(gw, body).status_code == 200     # chat-demo draws on the plan's quota
+
+
+def test_predict_requests_are_not_token_metered(gateway_factory, helpers, backends):
+    gw = gateway_factory()
+    snap = token_snapshot(helpers, backends, {"monthly_tokens": 1})
+    snap["models"]["predict-demo"] = {"id": 9, "name": "predict-demo", "timeout_ms": 5000,
+                                      "backends": [backends["predict-a"].entry(3)]}
+    assert gw.push(snap).status_code == 200
+    r = requests.post(gw.url + "/v1/models/predict-demo/predict", json={"instances": ["a"]},
+                      headers={"X-API-Key": PLAN_KEY}, timeout=10)
+    assert r.status_code == 200, r.text
