@@ -1,6 +1,7 @@
 -- A consumer's plan on the hot path: rate limit, concurrent requests, request
 -- quotas, token quota (reservation, tokens.lua), in that order (cheapest refusal
--- first). Counters live in sluice_limits (see limits.lua for the algorithms). A consumer without a plan is not limited.
+-- first). Counters live in sluice_limits (see limits.lua for the algorithms). A
+-- consumer without a plan is not limited.
 local limits = require("sluice.limits")
 local plans = require("sluice.plans")
 local metrics = require("sluice.metrics")
