@@ -9,7 +9,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
-PROTOCOLS = ("openai", "predict")
+PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor")
 MAX_WEIGHT = 1000
 
 # Deterministic constraint names: the API maps a violated constraint back to a field.
@@ -47,6 +47,18 @@ class Model(Timestamps, Base):
     __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),)
 
 
+class Mapping(Timestamps, Base):
+    """How a vendor's API is spoken, as data: where to POST, the body template and
+    where the answer and errors are (JSON pointers). See docs/contracts.md."""
+    __tablename__ = "mappings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    path: Mapped[str] = mapped_column(String(1024))
+    request: Mapped[dict] = mapped_column(JSONB)
+    response: Mapped[dict] = mapped_column(JSONB)
+
+
 class Backend(Timestamps, Base):
     __tablename__ = "backends"
 
@@ -57,6 +69,9 @@ class Backend(Timestamps, Base):
         ForeignKey("models.id", ondelete="RESTRICT"), index=True)
     url: Mapped[str] = mapped_column(String(2048))
     protocol: Mapped[str] = mapped_column(String(32))
+    # Only vendor backends have (and need) a mapping.
+    mapping_id: Mapped[int | None] = mapped_column(
+        ForeignKey("mappings.id", ondelete="RESTRICT"), index=True, nullable=True)
     weight: Mapped[int] = mapped_column(Integer, default=100, server_default="100")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     # The Authorization value the gateway sends to this backend (the caller's never
@@ -66,10 +81,14 @@ class Backend(Timestamps, Base):
     drained_weight: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     model: Mapped[Model] = relationship(back_populates="backends")
+    mapping: Mapped[Mapping | None] = relationship()
 
     __table_args__ = (
         CheckConstraint(f"weight >= 0 AND weight <= {MAX_WEIGHT}", name="weight_range"),
-        CheckConstraint("protocol IN ('openai', 'predict')", name="protocol_known"),
+        CheckConstraint("protocol IN (" + ", ".join(f"'{p}'" for p in PROTOCOLS) + ")",
+                        name="protocol_known"),
+        CheckConstraint("(protocol = 'vendor') = (mapping_id IS NOT NULL)",
+                        name="vendor_mapping"),
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from control_plane.api import validation as v
 from control_plane.api.validation import Field
 from control_plane.models import (MAX_WEIGHT, PROTOCOLS, ApiKey, Backend, Consumer,
-                                  Gateway, JwtIssuer, Model, Plan)
+                                  Gateway, JwtIssuer, Mapping, Model, Plan)
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
@@ -53,6 +53,8 @@ class BackendSchema(Schema):
         "model_id": Field(v.identifier, required=True),
         "url": Field(v.http_url(allow_path=True), required=True),
         "protocol": Field(v.one_of(*PROTOCOLS), required=True),
+        # required when protocol is "vendor", refused otherwise (services check)
+        "mapping_id": Field(v.identifier, nullable=True),
         "weight": Field(v.integer(0, MAX_WEIGHT)),
         "enabled": Field(v.boolean),
         # write-only: rendered as auth_header_set
@@ -63,9 +65,25 @@ class BackendSchema(Schema):
 
     def render(self, b: Backend) -> dict[str, Any]:
         return {"id": b.id, "name": b.name, "model_id": b.model_id, "url": b.url,
-                "protocol": b.protocol, "weight": b.weight, "enabled": b.enabled,
+                "protocol": b.protocol, "mapping_id": b.mapping_id,
+                "weight": b.weight, "enabled": b.enabled,
                 "auth_header_set": b.auth_header is not None,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
+
+
+class MappingSchema(Schema):
+    create = {
+        "name": Field(v.name, required=True),
+        "path": Field(v.url_path, required=True),
+        "request": Field(v.json_object, required=True),
+        "response": Field(v.mapping_response, required=True),
+    }
+    update = {k: Field(f.parse) for k, f in create.items()}
+
+    def render(self, m: Mapping) -> dict[str, Any]:
+        return {"id": m.id, "name": m.name, "path": m.path, "request": m.request,
+                "response": m.response, "created_at": iso(m.created_at),
+                "updated_at": iso(m.updated_at)}
 
 
 class ConsumerSchema(Schema):

@@ -235,3 +235,33 @@ def claim_name(value: Any) -> str:
     if not isinstance(value, str) or not _CLAIM_RE.match(value):
         raise ValueError("must be a claim name of 1-64 letters, digits and _ . : -")
     return value
+
+
+_POINTER_RE = re.compile(r"^(/([^~/]|~[01])*)*$")
+
+
+def url_path(value: Any) -> str:
+    """A path on a backend, such as /generate or /api/v2/infer."""
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > 1024 or \
+            any(c.isspace() or c in "?#" for c in value):
+        raise ValueError("must be a path starting with / (no spaces, query or fragment)")
+    return value
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object")
+    return value
+
+
+def mapping_response(value: Any) -> dict[str, str]:
+    """{"output": <JSON pointer>, "error": <JSON pointer, optional>}."""
+    message = ('must be an object {"output": "/json/pointer", "error": "/optional/pointer"} '
+               "with RFC 6901 JSON pointers")
+    if not isinstance(value, dict) or not set(value) <= {"output", "error"} or \
+            "output" not in value:
+        raise ValueError(message)
+    for ptr in value.values():
+        if not isinstance(ptr, str) or not _POINTER_RE.match(ptr):
+            raise ValueError(message)
+    return value

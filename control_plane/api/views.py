@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       JwtIssuerSchema, KeySchema, ModelSchema, PlanSchema,
-                                       Schema)
+                                       JwtIssuerSchema, KeySchema, MappingSchema, ModelSchema,
+                                       PlanSchema, Schema)
 from control_plane.api.validation import ValidationError, identifier, validate
 from control_plane.services import snapshot
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
-                                              KEYS, MODELS, PLANS, Resource)
+                                              KEYS, MAPPINGS, MODELS, PLANS, Resource)
 
 API_PREFIX = "/api/v1"
 bp = Blueprint("api", __name__, url_prefix=API_PREFIX)
@@ -114,6 +114,7 @@ def register_resource(path: str, resource: Resource, schema: Schema,
 
 register_resource("/models", MODELS, ModelSchema())
 register_resource("/backends", BACKENDS, BackendSchema())
+register_resource("/mappings", MAPPINGS, MappingSchema())
 register_resource("/consumers", CONSUMERS, ConsumerSchema())
 register_resource("/gateways", GATEWAYS, GatewaySchema())
 register_resource("/plans", PLANS, PlanSchema())

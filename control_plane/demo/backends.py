@@ -1,6 +1,8 @@
 """Demo model backends: small real HTTP servers for `make run`, tests and benchmarks.
 
-Two protocols, both plain HTTP/1.1 with keep-alive:
+Protocols, all plain HTTP/1.1 with keep-alive (the others — ``kserve_v2``,
+``tfserving``, ``vendor-a``, ``vendor-b`` — and OpenAI's completions and embeddings
+are described in ``control_plane/demo/protocols.py``):
 
 - ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming) and
   ``GET /v1/models``. The answer echoes the last user message as ``"echo: <text>"``.
@@ -42,15 +44,16 @@ import re
 import threading
 import time
 import uuid
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-PROTOCOLS = ("openai", "predict")
+from control_plane.demo import protocols
+from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
+
+PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
 WORD = re.compile(r"\S+\s*")
-LABELS = ("negative", "neutral", "positive")
 
 # OpenAI's error "type" for a status, so injected errors look like the real thing.
 OPENAI_ERROR_TYPES = {
@@ -59,8 +62,7 @@ OPENAI_ERROR_TYPES = {
 }
 
 
-class BadRequest(Exception):
-    """The request body is not what the endpoint accepts (answered 400)."""
+BadRequest = protocols.BadRequest
 
 
 class DemoServer(ThreadingHTTPServer):
@@ -178,6 +180,10 @@ class DemoHandler(BaseHTTPRequestHandler):
 
     def _send_error(self, status: int, message: str) -> None:
         """An error in this backend's own protocol shape."""
+        body = protocols.error_body(self.server.protocol, status, message)
+        if body is not None:
+            self._send_json(status, body)
+            return
         if self.server.protocol == "openai":
             body = {"error": {"message": message,
                               "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
@@ -240,6 +246,13 @@ class DemoHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         path = self.path.split("?", 1)[0]
         try:
+            extra = protocols.route(self.server.protocol, path)
+            if extra is not None:
+                handle, match = extra
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    handle(self, match, body)
+                return
             if self.server.protocol == "openai" and path == "/v1/chat/completions":
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
@@ -350,19 +363,6 @@ def _text(content) -> str:
         return "".join(p.get("text", "") for p in content
                        if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
-
-
-def prediction(item) -> dict:
-    """A deterministic fake prediction for one input.
-
-    ``length`` is the length of a string or list (else of its JSON text); ``label``
-    and ``score`` come from a CRC32 of the input's canonical JSON.
-    """
-    canonical = json.dumps(item, sort_keys=True, ensure_ascii=False)
-    digest = zlib.crc32(canonical.encode("utf-8"))
-    length = len(item) if isinstance(item, (str, list, dict)) else len(canonical)
-    return {"length": length, "label": LABELS[digest % len(LABELS)],
-            "score": round((digest % 1000) / 1000, 3)}
 
 
 def serve(protocol: str, host: str, port: int, name: str, latency_ms: float = 0,

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.models import (ApiKey, Backend, Base, Consumer, Gateway, JwtIssuer, Model,
                                   Plan)
+from control_plane.models import Mapping as MappingRow
 from control_plane.services import audit
 from control_plane.services.config_state import bump_version
 from control_plane.services.errors import Conflict, Invalid, NotFound
@@ -153,6 +154,34 @@ class Backends(Resource[Backend]):
 
     def _check(self, session: Session, data: Mapping[str, Any]) -> None:
         _require_row(session, Model, data.get("model_id"), "model_id", "model")
+        _require_row(session, MappingRow, data.get("mapping_id"), "mapping_id", "mapping")
+
+    def _consistent(self, protocol: str, mapping_id: int | None) -> None:
+        if protocol == "vendor" and mapping_id is None:
+            raise Invalid({"mapping_id": "is required for a vendor backend"})
+        if protocol != "vendor" and mapping_id is not None:
+            raise Invalid({"mapping_id": "only vendor backends have a mapping"})
+
+    def create(self, session: Session, data: Mapping[str, Any]) -> Backend:
+        self._consistent(data["protocol"], data.get("mapping_id"))
+        return super().create(session, data)
+
+    def update(self, session: Session, id: int, data: Mapping[str, Any]) -> Backend:
+        current = self.get(session, id)
+        self._consistent(data.get("protocol", current.protocol),
+                         data["mapping_id"] if "mapping_id" in data else current.mapping_id)
+        return super().update(session, id, data)
+
+
+class Mappings(Resource[MappingRow]):
+    model = MappingRow
+    label = "mapping"
+
+    def _before_delete(self, session: Session, obj: MappingRow) -> None:
+        count = session.scalar(select(func.count()).select_from(Backend)
+                               .where(Backend.mapping_id == obj.id))
+        if count:
+            raise Conflict(f"mapping {obj.name!r} is used by {count} backend(s)")
 
     def _on_update(self, obj: Backend, changed: Mapping[str, Any]) -> None:
         if "weight" in changed and "drained_weight" not in changed:
@@ -238,6 +267,7 @@ class Gateways(Resource[Gateway]):
 
 MODELS = Models()
 BACKENDS = Backends()
+MAPPINGS = Mappings()
 CONSUMERS = Consumers()
 PLANS = Plans()
 JWT_ISSUERS = JwtIssuers()

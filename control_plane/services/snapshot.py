@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane.models import ApiKey, Backend, Consumer, JwtIssuer, Model, Plan
+from control_plane.models import ApiKey, Backend, Consumer, JwtIssuer, Mapping, Model, Plan
 from control_plane.services.config_state import current_version
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         "base_path": parts.path.rstrip("/"),
         "weight": backend.weight,
         **({"auth_header": backend.auth_header} if backend.auth_header else {}),
+        **({"mapping": backend.mapping.name} if backend.mapping is not None else {}),
     }
 
 
@@ -97,7 +98,7 @@ def build(session: Session) -> dict[str, Any]:
     models: dict[str, Any] = {}
     for model in session.scalars(
             select(Model).where(Model.enabled).order_by(Model.id)
-            .options(selectinload(Model.backends))):
+            .options(selectinload(Model.backends).selectinload(Backend.mapping))):
         backends = []
         for backend in model.backends:
             if not backend.enabled:
@@ -130,10 +131,16 @@ def build(session: Session) -> dict[str, Any]:
            for j in session.scalars(select(JwtIssuer).where(JwtIssuer.enabled)
                                     .order_by(JwtIssuer.id))}
 
+    mappings = {
+        m.name: {"path": m.path, "request": m.request, "response": m.response}
+        for m in session.scalars(select(Mapping).order_by(Mapping.id))
+    }
+
     return {
         "version": version,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "models": models,
+        "mappings": mappings,
         "consumers": consumers,
         "keys": keys,
         "plans": plans,

@@ -6,6 +6,7 @@
 local cjson = require("cjson.safe")
 local plans = require("sluice.plans")
 local jwt = require("sluice.jwt")
+local mappings = require("sluice.mappings")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -30,7 +31,9 @@ local dict = ngx.shared.sluice_config
 local LKG_FILE = "lkg/snapshot.json"
 local LOCK_TTL = 10        -- seconds a crashed holder can block pushes
 local LOCK_WAIT = 5        -- seconds a push waits for the lock
-local PROTOCOLS = { openai = true, predict = true }
+local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
+                    vendor = true }
+local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor"
 local SCHEMES = { http = true }   -- https needs its own upstream; not in the skeleton
 
 local _M = {}
@@ -52,11 +55,14 @@ local function is_ip(s)
              or re_find(s, [[^[0-9A-Fa-f:.]+\z]], "jo") ~= nil and s:find(":", 1, true) ~= nil)
 end
 
-local function validate_backend(b, where)
+local function validate_backend(b, where, maps)
     if not is_object(b) then return where .. ": must be an object" end
     if b.id == nil then return where .. ".id: is required" end
     if not PROTOCOLS[b.protocol] then
-        return where .. ".protocol: must be one of openai, predict"
+        return where .. ".protocol: must be one of " .. PROTOCOL_NAMES
+    end
+    if b.protocol == "vendor" and (type(b.mapping) ~= "string" or not maps[b.mapping]) then
+        return where .. ".mapping: a vendor backend needs a mapping of the snapshot"
     end
     if b.scheme ~= nil and not SCHEMES[b.scheme] then
         return where .. ".scheme: only http is supported"
@@ -85,6 +91,9 @@ function _M.validate(s)
     for _, section in ipairs({ "models", "consumers", "keys" }) do
         if not is_object(s[section]) then return nil, section .. ": must be an object" end
     end
+    local merr = mappings.validate(s.mappings)
+    if merr then return nil, merr end
+    local maps = s.mappings or {}
     for name, m in pairs(s.models) do
         local where = "models." .. tostring(name)
         -- cjson reads [] and {} alike; a non-empty list shows as number keys
@@ -94,7 +103,7 @@ function _M.validate(s)
         if not is_int(m.timeout_ms, 1) then return nil, where .. ".timeout_ms: must be an integer >= 1" end
         if not is_object(m.backends) then return nil, where .. ".backends: must be a list" end
         for i, b in ipairs(m.backends) do
-            local err = validate_backend(b, where .. ".backends[" .. i .. "]")
+            local err = validate_backend(b, where .. ".backends[" .. i .. "]", maps)
             if err then return nil, err end
         end
     end
@@ -141,14 +150,19 @@ end
 -- Decoded snapshot -> the tables the hot path reads. Pools hold only backends with
 -- weight > 0; `current` is the smooth-weighted-round-robin state of this worker.
 local function compile(s)
+    local maps = mappings.compile(s.mappings)
     local models = {}
     for name, m in pairs(s.models) do
-        local pools = {}
+        local pools, order = {}, {}
         for _, b in ipairs(m.backends) do
-            local pool = pools[b.protocol]
+            -- one pool per protocol; vendor backends pool per mapping
+            local key = b.protocol == "vendor" and "vendor:" .. b.mapping or b.protocol
+            local pool = pools[key]
             if not pool then
-                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0, drained = 0 }
-                pools[b.protocol] = pool
+                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0, drained = 0,
+                         protocol = b.protocol, mapping = maps[b.mapping] }
+                pools[key] = pool
+                order[#order + 1] = key
             end
             if b.weight > 0 then
                 local n = pool.n + 1
@@ -169,7 +183,9 @@ local function compile(s)
                 pool.drained = pool.drained + 1
             end
         end
-        models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools }
+        table.sort(order)
+        models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools,
+                         pool_order = order }
     end
 
     local consumers = {}

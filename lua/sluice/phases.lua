@@ -4,7 +4,10 @@
 local config = require("sluice.config")
 local errors = require("sluice.errors")
 local auth = require("sluice.auth")
+local endpoints = require("sluice.endpoints")
 local router = require("sluice.router")
+local convert = require("sluice.convert")
+local catalog = require("sluice.catalog")
 local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
 local observe = require("sluice.observe")
@@ -54,11 +57,11 @@ end
 function _M.access()
     local ctx = ngx.ctx
 
-    local endpoint, path_model, err_type, msg = router.match()
+    local endpoint, path_model, err_type, msg, allow = endpoints.match()
     if not endpoint then
-        local status = path_model   -- on failure: nil, status, type, message
+        local status = path_model   -- on failure: nil, status, type, message[, allow]
         if status == 405 then
-            ngx_header["Allow"] = "POST"
+            ngx_header["Allow"] = allow
         end
         return errors.exit(status, err_type, msg)
     end
@@ -79,10 +82,14 @@ function _M.access()
     ctx.attributes = status
     observe.consumer(consumer)
 
-    local model_name
-    model_name, status, err_type, msg = router.model_name(endpoint, path_model)
+    if endpoint.method == "GET" then
+        return catalog.serve(snap, consumer, path_model)
+    end
+
+    local model_name, doc
+    model_name, doc, err_type, msg = router.model_name(endpoint, path_model)
     if not model_name then
-        return errors.exit(status, err_type, msg)
+        return errors.exit(doc, err_type, msg)
     end
 
     local pool, model
@@ -111,11 +118,20 @@ function _M.access()
     ctx.consumer = consumer
     observe.backend(backend)
 
+    local path
+    path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
+    if not path then
+        return errors.exit(status, err_type, msg)
+    end
+    local args = ngx_var.args
+    if args and args ~= "" then
+        path = path .. "?" .. args
+    end
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path, so the URI still fits.
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
-    ngx_var.sluice_upstream_uri = backend.base_path .. router.upstream_path(endpoint, model_name)
+    ngx_var.sluice_upstream_uri = backend.base_path .. path
 end
 
 function _M.balancer()
@@ -132,10 +148,15 @@ function _M.header_filter()
         ngx_header["X-Request-Id"] = id
     end
     policy.headers(ngx.ctx)
+    convert.header_filter(ngx.ctx)
 end
 
+-- Conversion first: token accounting then reads the answer the caller gets, in
+-- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
-    policy.body_filter(ngx.ctx)
+    local ctx = ngx.ctx
+    convert.body_filter(ctx)
+    policy.body_filter(ctx)
 end
 
 function _M.log()

@@ -78,6 +78,10 @@ def make(api):
             body = {"consumer_id": consumer_id, **fields}
         elif kind in ("plan", "jwt-issuer"):
             body = {"name": f"{kind}-{n}", **fields}
+        elif kind == "mapping":
+            body = {"name": f"vendor-{n}", "path": "/generate",
+                    "request": {"text": "{{input}}"},
+                    "response": {"output": "/result/text"}, **fields}
         elif kind == "gateway":
             body = {"name": f"gw-{n}", "internal_url": f"http://127.0.0.1:{9180 + n}",
                     **fields}

@@ -123,7 +123,7 @@ def test_pushes_current_version_and_records_ack(gateway, engine, controller_for)
     controller.tick()
     assert [p["version"] for p in gateway.pushes] == [1]
     assert set(gateway.pushes[0]) >= {"version", "generated_at", "models", "consumers", "keys",
-                                     "plans", "jwt"}
+                                     "plans", "jwt", "mappings"}
     row = gateway_row(engine, gateway.url)
     assert row.acked_version == 1 and row.last_error is None and row.last_push_at
     assert row.name == gateway.url.removeprefix("http://")

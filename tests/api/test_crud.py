@@ -10,6 +10,7 @@ PATCHES = {
     "consumer": ("allowed_models", ["chat-demo"]),
     "key": ("name", "ci"),
     "gateway": ("internal_url", "http://10.0.0.9:9180"),
+    "mapping": ("request", {"content": "{{input}}", "lang": "cn"}),
 }
 
 

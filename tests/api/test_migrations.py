@@ -11,7 +11,7 @@ from control_plane.models import Base
 
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
           "plans", "jwt_issuers", "admin_users",
-          "inference_logs", "log_checkpoints", "audit_log"}
+          "inference_logs", "log_checkpoints", "audit_log", "mappings"}
 
 
 def _inspect(url):

@@ -72,6 +72,20 @@ def backends(tmp_path_factory):
             procs.stop(b.proc)
 
 
+@pytest.fixture(scope="session")
+def protocol_backends(backends, tmp_path_factory):
+    """One demo backend per protocol the adapters speak (plus the shared ones)."""
+    log_dir = tmp_path_factory.mktemp("protocol-backends")
+    started = {}
+    try:
+        for protocol in ("kserve_v2", "tfserving", "vendor-a", "vendor-b"):
+            started[protocol] = _start_backend(protocol, protocol, log_dir)
+        yield {"openai": backends["openai-a"], "predict": backends["predict-a"], **started}
+    finally:
+        for b in started.values():
+            procs.stop(b.proc)
+
+
 @pytest.fixture
 def dead_port():
     """A port where nothing listens (connection refused)."""
@@ -79,7 +93,7 @@ def dead_port():
 
 
 def make_snapshot(version: int, models: dict, consumers: dict | None = None,
-                  keys: dict | None = None) -> dict:
+                  keys: dict | None = None, mappings: dict | None = None) -> dict:
     """A snapshot in the contract's shape. `models` maps name -> (timeout_ms, backends)."""
     if consumers is None:
         consumers = {"1": {"id": 1, "name": "alice", "allowed_models": None},
@@ -99,6 +113,7 @@ def make_snapshot(version: int, models: dict, consumers: dict | None = None,
                    for i, (name, (timeout_ms, bs)) in enumerate(models.items())},
         "consumers": consumers,
         "keys": keys,
+        **({"mappings": mappings} if mappings is not None else {}),
     }
 
 

@@ -114,7 +114,7 @@ def test_unknown_model_is_404(served, helpers):
 
 
 def test_unknown_path_is_404(served, helpers):
-    for path in ("/", "/v1/completions", "/v1/models/x/predict/extra"):
+    for path in ("/", "/v1/complete", "/v1/models/x/predict/extra", "/v2/models/x/infer/x"):
         r = requests.post(served.url + path, json={}, headers={"X-API-Key": helpers.KEY},
                           timeout=10)
         helpers.assert_error(r, 404, "not_found")
@@ -152,10 +152,13 @@ def test_model_field_required(served, helpers):
         assert "model" in err["message"]
 
 
-def test_wrong_protocol_for_model_is_400(served, helpers):
-    err = helpers.assert_error(helpers.chat(served, model="predict-demo"), 400,
-                               "invalid_request")
-    assert "openai" in err["message"]
+def test_impossible_protocol_pair_is_400(served, helpers):
+    # a predict-only model cannot compute embeddings
+    r = requests.post(served.url + "/v1/embeddings", json={"model": "predict-demo",
+                                                           "input": "x"},
+                      headers={"X-API-Key": helpers.KEY}, timeout=10)
+    err = helpers.assert_error(r, 400, "invalid_request")
+    assert "embeddings" in err["message"] and "predict" in err["message"]
 
 
 def test_oversized_body_is_413(served, helpers):

@@ -140,3 +140,30 @@ def _loaded_at(stack, gateway) -> float:
     return requests.get(gateway.internal_url + "/internal/snapshot", timeout=5,
                         headers={"Authorization": f"Bearer {stack.gateway_token}"}
                         ).json()["loaded_at"]
+
+
+def test_new_vendor_through_the_admin_api_needs_no_code_or_reload(stack):
+    """A mapping created at run time makes a vendor's API usable from every endpoint."""
+    url = stack.start_backend("vendor-b", protocol="vendor-b")
+    admin = stack.admin
+    workers = stack.gateway._worker_pids()     # no reload: the same workers serve it
+    mapping = admin.create("mappings", name="vendor-b", path="/api/infer",
+                           request={"content": "{{input}}", "lang": "cn"},
+                           response={"output": "/data/answer", "error": "/msg"})
+    model = admin.create("models", name="qa-cn")
+    admin.create("backends", name="vendor-b-1", model_id=model["id"], url=url,
+                 protocol="vendor", mapping_id=mapping["id"])
+    consumer = admin.create("consumers", name="team-c")
+    key = admin.create("keys", consumer_id=consumer["id"], name="ci")["key"]
+    stack.wait_served()
+
+    resp = stack.chat(key, "qa-cn", text="你好，世界")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == "B[cn]: 你好，世界"
+    resp = requests.post(stack.gateway.url + "/v1/predict", timeout=10,
+                         headers={"X-API-Key": key},
+                         json={"api_version": "1.0", "model": "qa-cn",
+                               "params": {"input": ["早上好"]}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["outputs"] == ["B[cn]: 早上好"]
+    assert stack.gateway._worker_pids() == workers

@@ -1,0 +1,176 @@
+-- Protocol conversion between the caller's endpoint and the chosen backend.
+--
+--   access:        caller body --decode--> internal request --request--> backend body
+--   header_filter: status and headers of the converted answer (Content-Length goes)
+--   body_filter:   backend body (buffered, bounded) --response--> internal response
+--                  --respond--> caller body; streams frame by frame (adapters/sse.lua)
+--
+-- A caller whose endpoint the backend speaks natively (OpenAI to OpenAI, KServe v2 to
+-- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering.
+local cjson = require("cjson.safe")
+local errors = require("sluice.errors")
+local sse = require("sluice.adapters.sse")
+
+local ngx = ngx
+local ngx_req = ngx.req
+local ngx_header = ngx.header
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local escape_uri = ngx.escape_uri
+local type = type
+local concat = table.concat
+
+local MAX_BUFFER = 16 * 1024 * 1024   -- bytes of a backend answer we convert whole
+
+local CALLERS = {
+    openai = require("sluice.adapters.openai"),
+    unified = require("sluice.adapters.unified"),
+    infer = require("sluice.adapters.infer"),
+    predict = require("sluice.adapters.predict"),
+    kserve_v2 = require("sluice.adapters.kserve_v2"),
+}
+
+local BACKENDS = {
+    openai = CALLERS.openai,
+    predict = CALLERS.predict,
+    kserve_v2 = CALLERS.kserve_v2,
+    tfserving = require("sluice.adapters.tfserving"),
+    vendor = require("sluice.adapters.vendor"),
+}
+
+-- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine
+-- (the gateway checked it), so the backend refusing ours is the gateway's problem.
+local BACKEND_4XX = { [400] = 400, [413] = 413, [422] = 400, [429] = 429 }
+
+local _M = {}
+
+function _M.native_path(endpoint, model_name)
+    local name = endpoint.name
+    if name == "chat" then return "/v1/chat/completions" end
+    if name == "completions" then return "/v1/completions" end
+    if name == "embeddings" then return "/v1/embeddings" end
+    if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
+    return "/v1/models/" .. escape_uri(model_name) .. "/predict"
+end
+
+-- Access phase. Returns the backend path (without query), or nil, status, type, message.
+function _M.prepare(ctx, endpoint, doc, model_name, pool)
+    local protocol = pool.protocol
+    if endpoint.native == protocol then
+        return _M.native_path(endpoint, model_name)
+    end
+    if endpoint.kind == "embedding" and protocol ~= "openai" then
+        return nil, 400, "invalid_request", "model " .. model_name
+               .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
+    end
+    local caller = CALLERS[endpoint.caller]
+    local ireq, err = caller.decode(endpoint, doc, model_name)
+    if not ireq then
+        return nil, 400, "invalid_request", err
+    end
+    local backend = BACKENDS[protocol]
+    local path, body = backend.request(ireq, pool, model_name)
+    if not path then
+        return nil, 400, "invalid_request", body
+    end
+    local raw, eerr = cjson.encode(body)
+    if not raw then
+        return nil, 500, "internal_error", "failed to encode the backend request: " .. eerr
+    end
+    ngx_req.set_body_data(raw)
+    ngx_req.set_header("Content-Type", "application/json")
+    ngx_req.clear_header("Accept-Encoding")   -- we must read what comes back
+    ctx.conv = {
+        ireq = ireq, caller = caller, backend = backend, pool = pool,
+        frames = backend.streams ~= nil and backend.streams(ireq) or false,
+        sse = ireq.stream == true,
+    }
+    return path
+end
+
+function _M.header_filter(ctx)
+    local conv = ctx.conv
+    if not conv then
+        return
+    end
+    local status = ngx.status
+    if status >= 400 then
+        conv.error = status
+        ngx.status = BACKEND_4XX[status] or 502
+        ngx_header["Content-Type"] = "application/json"
+    elseif conv.sse then
+        ngx_header["Content-Type"] = "text/event-stream; charset=utf-8"
+        ngx_header["Cache-Control"] = "no-cache"
+    else
+        ngx_header["Content-Type"] = "application/json"
+    end
+    ngx_header["Content-Length"] = nil
+end
+
+-- The error body for a conversion failure after the status went out.
+-- FIXME: headers (200) are sent before the body is read, so a backend answer that
+-- cannot be converted arrives as a 502 error body under a 200 status.
+local function failure(msg)
+    ngx_log(ERR, "cannot convert the backend answer: ", msg)
+    return errors.body(502, "backend_error", "cannot convert the backend answer: " .. msg)
+end
+
+local function finish(conv, raw)
+    local ireq, backend = conv.ireq, conv.backend
+    local doc = cjson.decode(raw)
+    if conv.error then
+        local status = ngx.status
+        local msg = type(doc) == "table" and backend.error_message(doc, conv.pool) or nil
+        return errors.body(status, errors.type_for(status), "the backend refused the request ("
+                           .. conv.error .. ")" .. (msg and ": " .. msg or "")) .. "\n"
+    end
+    local ires, err
+    if type(doc) == "table" then
+        ires, err = backend.response(doc, ireq, conv.pool)
+    else
+        err = "answer is not a JSON object"
+    end
+    if not ires or ires.outputs[1] == nil then
+        local body = failure(err or "answer holds no outputs")
+        return conv.sse and sse.error_event(body) or body .. "\n"
+    end
+    if conv.sse then
+        return sse.synthesize(ireq, ires)
+    end
+    return cjson.encode(conv.caller.respond(ireq, ires)) .. "\n"
+end
+
+function _M.body_filter(ctx)
+    local conv = ctx.conv
+    if not conv then
+        return
+    end
+    local data, eof = ngx.arg[1], ngx.arg[2]
+    if conv.frames and not conv.error then
+        ngx.arg[1] = sse.frames(conv, data, eof, failure)
+        return
+    end
+    if conv.size == nil then
+        conv.buf, conv.size = {}, 0
+    end
+    if data ~= "" and not conv.overflow then
+        conv.size = conv.size + #data
+        if conv.size > MAX_BUFFER then
+            conv.overflow = true
+            conv.buf = nil
+        else
+            conv.buf[#conv.buf + 1] = data
+        end
+    end
+    if not eof then
+        ngx.arg[1] = nil
+        return
+    end
+    if conv.overflow then
+        ngx.arg[1] = failure("answer is larger than " .. MAX_BUFFER .. " bytes") .. "\n"
+        return
+    end
+    ngx.arg[1] = finish(conv, concat(conv.buf))
+end
+
+return _M

@@ -1,0 +1,70 @@
+-- The caller-facing endpoints. Each names the caller protocol (an adapter module in
+-- lua/sluice/adapters/), the kind of work ("chat", "completion", "embedding",
+-- "predict"), the backend protocol that takes its body unchanged ("native"), and
+-- where the model name comes from (the JSON body or the path).
+--
+--   POST /v1/chat/completions           openai     chat        model in body
+--   POST /v1/completions                openai     completion  model in body
+--   POST /v1/embeddings                 openai     embedding   model in body
+--   GET  /v1/models[/{model}]           the models the key may use
+--   POST /v1/predict                    unified    predict     model in body (envelope)
+--   POST /api/v1/model/{model}/infer    infer      predict     model in path
+--   POST /v1/models/{model}/predict     predict    predict     model in path (KServe v1)
+--   POST /v2/models/{model}/infer       kserve_v2  predict     model in path (OIP v2)
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_req = ngx.req
+local re_match = ngx.re.match
+
+local _M = {}
+
+local BY_PATH = {
+    ["/v1/chat/completions"] = { name = "chat", caller = "openai", kind = "chat",
+                                 native = "openai" },
+    ["/v1/completions"] = { name = "completions", caller = "openai", kind = "completion",
+                            native = "openai" },
+    ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
+                           native = "openai" },
+    ["/v1/predict"] = { name = "unified", caller = "unified", kind = "predict" },
+    ["/v1/models"] = { name = "models", method = "GET" },
+}
+
+-- Checked in order: the model name is the first capture.
+local BY_PATTERN = {
+    { [[^/v1/models/([^/]+)/predict\z]],
+      { name = "predict", caller = "predict", kind = "predict", native = "predict",
+        model_in_path = true } },
+    { [[^/v2/models/([^/]+)/infer\z]],
+      { name = "v2_infer", caller = "kserve_v2", kind = "predict", native = "kserve_v2",
+        model_in_path = true } },
+    { [[^/api/v1/model/([^/]+)/infer\z]],
+      { name = "infer", caller = "infer", kind = "predict", model_in_path = true } },
+    { [[^/v1/models/([^/]+)\z]],
+      { name = "model", method = "GET", model_in_path = true } },
+}
+
+-- Which endpoint a request is for. Returns endpoint, model-from-path (or nil);
+-- or nil, status, type, message. (`uri` is percent-decoded and normalised by nginx.)
+function _M.match()
+    local uri = ngx_var.uri
+    local endpoint, model = BY_PATH[uri], nil
+    if not endpoint then
+        for i = 1, #BY_PATTERN do
+            local m = re_match(uri, BY_PATTERN[i][1], "jo")
+            if m then
+                endpoint, model = BY_PATTERN[i][2], m[1]
+                break
+            end
+        end
+    end
+    if not endpoint then
+        return nil, 404, "not_found", "no endpoint at " .. uri
+    end
+    local method = endpoint.method or "POST"
+    if ngx_req.get_method() ~= method then
+        return nil, 405, "method_not_allowed", uri .. " only accepts " .. method, method
+    end
+    return endpoint, model
+end
+
+return _M
