@@ -172,17 +172,6 @@ class Backends(Resource[Backend]):
                          data["mapping_id"] if "mapping_id" in data else current.mapping_id)
         return super().update(session, id, data)
 
-
-class Mappings(Resource[MappingRow]):
-    model = MappingRow
-    label = "mapping"
-
-    def _before_delete(self, session: Session, obj: MappingRow) -> None:
-        count = session.scalar(select(func.count()).select_from(Backend)
-                               .where(Backend.mapping_id == obj.id))
-        if count:
-            raise Conflict(f"mapping {obj.name!r} is used by {count} backend(s)")
-
     def _on_update(self, obj: Backend, changed: Mapping[str, Any]) -> None:
         if "weight" in changed and "drained_weight" not in changed:
             obj.drained_weight = None  # a weight set by hand ends the drain
@@ -201,6 +190,17 @@ class Mappings(Resource[MappingRow]):
             return obj
         return self.update(session, id, {"weight": obj.drained_weight or DEFAULT_WEIGHT,
                                          "drained_weight": None})
+
+
+class Mappings(Resource[MappingRow]):
+    model = MappingRow
+    label = "mapping"
+
+    def _before_delete(self, session: Session, obj: MappingRow) -> None:
+        count = session.scalar(select(func.count()).select_from(Backend)
+                               .where(Backend.mapping_id == obj.id))
+        if count:
+            raise Conflict(f"mapping {obj.name!r} is used by {count} backend(s)")
 
 
 class Consumers(Resource[Consumer]):
