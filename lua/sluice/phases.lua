@@ -104,7 +104,7 @@ function _M.access()
 
     local extra
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
-                                                endpoint.protocol == "openai")
+                                                endpoint.caller == "openai")
     if status then
         return errors.exit(status, err_type, msg, extra)
     end
