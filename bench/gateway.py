@@ -7,6 +7,10 @@ Starts, in one temporary prefix:
   baseline  a plain nginx `proxy_pass` to the upstream (keepalive 64, HTTP/1.1);
   sluice    the Sluice gateway (control_plane.runtime.gateway) routing model
             "bench-chat" to the same upstream, after a snapshot push;
+  policy    the same gateway, called with a second key whose consumer is on a plan:
+            token-bucket rate limit, concurrency limit, daily request quota and
+            monthly token quota (reservation + usage read from the answer), all
+            set high enough never to refuse;
 
 then runs wrk (bench/chat.lua: a small chat body with an API key) against baseline
 and sluice in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
@@ -130,8 +134,14 @@ def start_nginx(prefix: Path, workers: int, http_body: str, port: int):
 
 # ---- the Sluice gateway -------------------------------------------------------------
 
-def bench_snapshot(upstream_port: int, key: str) -> dict:
-    """A snapshot (docs/contracts.md) with one model, one backend, one consumer, one key."""
+POLICY_PLAN = {"id": 1, "name": "bench-plan", "rate_per_second": 1e6, "burst": 1_000_000,
+               "max_concurrent": 100_000, "daily_requests": 10**12, "monthly_requests": None,
+               "monthly_tokens": 10**15, "models": {}}
+
+
+def bench_snapshot(upstream_port: int, key: str, policy_key: str) -> dict:
+    """A snapshot (docs/contracts.md) with one model, one backend, two consumers (one
+    on a plan), one key each."""
     return {
         "version": 1,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -142,13 +152,19 @@ def bench_snapshot(upstream_port: int, key: str) -> dict:
                           "host_header": f"127.0.0.1:{upstream_port}", "base_path": "",
                           "weight": 100}],
         }},
-        "consumers": {"1": {"id": 1, "name": "bench", "allowed_models": None}},
+        "consumers": {"1": {"id": 1, "name": "bench", "allowed_models": None},
+                      "2": {"id": 2, "name": "bench-planned", "allowed_models": None,
+                            "plan_id": 1}},
         "keys": {hashlib.sha256(key.encode()).hexdigest():
-                 {"id": 1, "consumer_id": 1, "prefix": key[:11], "expires_at": None}},
+                 {"id": 1, "consumer_id": 1, "prefix": key[:11], "expires_at": None},
+                 hashlib.sha256(policy_key.encode()).hexdigest():
+                 {"id": 2, "consumer_id": 2, "prefix": policy_key[:11], "expires_at": None}},
+        "plans": {"1": POLICY_PLAN},
     }
 
 
-def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str):
+def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
+                  policy_key: str):
     try:
         from control_plane.runtime.gateway import Gateway, GatewayConfig
     except ImportError as exc:
@@ -161,7 +177,7 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str):
     gateway = Gateway(cfg)
     try:
         gateway.start()
-        resp = gateway.push(bench_snapshot(upstream_port, key))
+        resp = gateway.push(bench_snapshot(upstream_port, key, policy_key))
         if resp.status_code != 200:
             raise BenchError(f"snapshot push answered {resp.status_code}: {resp.text}")
     except (RuntimeError, OSError) as exc:
@@ -191,6 +207,8 @@ def check_answers(name: str, url: str, key: str | None) -> None:
             from None
     if content != UPSTREAM_ANSWER["choices"][0]["message"]["content"]:
         raise BenchError(f"{name} did not pass the upstream answer through: {content!r}")
+    if name == "policy" and "X-RateLimit-Limit" not in resp.headers:
+        raise BenchError("policy answered without X-RateLimit-Limit: the plan was not applied")
 
 
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
@@ -288,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     top = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     top.chmod(0o755)  # as root the gateway's workers run as nobody and must reach it
     key = "sk-bench-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:32]
+    policy_key = key + "-plan"
     procs: list = []
     gateway = None
     try:
@@ -299,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                                  baseline_port))
         targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
         if not args.baseline_only:
-            gateway = start_gateway(top / "gateway", args.workers, upstream_port, key)
+            gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
+                                    policy_key)
             targets["sluice"] = (gateway.url.rstrip("/"), key)
+            targets["policy"] = (gateway.url.rstrip("/"), policy_key)
         for name, (url, k) in targets.items():
             check_answers(name, url, k)
 
@@ -328,13 +349,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, s in summary.items():
             print(f"{name:<9} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
                   f"{s['p99_ms']:>8.3f}")
-        if "sluice" in summary:
-            b, s = summary["baseline"], summary["sluice"]
+        for name in ("sluice", "policy"):
+            if name not in summary:
+                continue
+            b, s = summary["baseline"], summary[name]
             ratio = s["rps"] / b["rps"]
-            print(f"sluice/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
+            print(f"{name}/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
                   f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, "
                   f"p99 x{s['p99_ms'] / b['p99_ms']:.2f}")
-            summary["ratio_rps"] = ratio
+            summary["ratio_rps" if name == "sluice" else "ratio_rps_policy"] = ratio
         if args.json:
             args.json.write_text(json.dumps({
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

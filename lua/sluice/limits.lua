@@ -101,14 +101,23 @@ end
 -- month ("m").
 -- Returns true and the counter's key (for uncount), or false and seconds until the
 -- period ends, or nil and an error.
+-- the current UTC day and month as key suffixes with their remaining seconds,
+-- recomputed once a second per worker (os.date and os.time are not cheap)
+local period_sec, day_str, day_ttl, month_str, month_ttl
+
 function _M.count(prefix, period, limit, amount)
     amount = amount or 1
     local now = ngx_time()
+    if now ~= period_sec then
+        period_sec = now
+        day_str, day_ttl = os_date("!%Y%m%d", now), to_next_day(now)
+        month_str, month_ttl = os_date("!%Y%m", now), to_next_month(now)
+    end
     local key, ttl
     if period == "d" then
-        key, ttl = prefix .. os_date("!%Y%m%d", now), to_next_day(now)
+        key, ttl = prefix .. day_str, day_ttl
     else
-        key, ttl = prefix .. os_date("!%Y%m", now), to_next_month(now)
+        key, ttl = prefix .. month_str, month_ttl
     end
     local n, err = dict:incr(key, amount, 0, ttl + 60)
     if not n then

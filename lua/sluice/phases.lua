@@ -184,6 +184,7 @@ end
 -- 5xx (proxy_intercept_errors) leave in the error template.
 function _M.error_page()
     request_id()
+    policy.failed()
     local status = ngx.status
     local err_type, msg
     if backend_answered() then

@@ -9,6 +9,7 @@ local tokens = require("sluice.tokens")
 
 local ngx = ngx
 local ngx_var = ngx.var
+local ngx_arg = ngx.arg
 local ngx_header = ngx.header
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -107,19 +108,35 @@ function _M.headers(ctx)
     end
 end
 
+-- The concurrency slot goes back as soon as the answer ends (before the caller has
+-- its last byte, so its next request finds the slot free), else in the log phase.
+local function release_slot()
+    local key = ngx_var.sluice_concurrency
+    if key and key ~= "" then
+        ngx_var.sluice_concurrency = ""
+        limits.leave(key)
+    end
+end
+
 -- body_filter: watch for the backend's token usage when tokens are reserved.
 function _M.body_filter(ctx)
     if ctx.usage_scan then
         tokens.body_filter(ctx)
     end
+    if ngx_arg[2] then
+        release_slot()
+    end
 end
 
--- log: give back the concurrency slot, settle reserved tokens.
+-- error page: the request failed; give the slot and reserved tokens back now.
+function _M.failed()
+    release_slot()
+    tokens.refund()
+end
+
+-- log: whatever is still held.
 function _M.release(ctx)
-    local key = ngx_var.sluice_concurrency
-    if key and key ~= "" then
-        limits.leave(key)
-    end
+    release_slot()
     tokens.reconcile(ctx)
 end
 

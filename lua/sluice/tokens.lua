@@ -4,8 +4,10 @@
 --                incr the month's counter by it; over the quota -> give it back, 429
 --   body_filter: find `usage` in the answer (a JSON body, buffered up to MAX_BODY; or
 --                the SSE event that carries it, usually the last before [DONE])
---   log:         incr the counter by (used - reserved); no usage seen -> keep the
---                reservation as the charge, unless the backend failed (refund)
+--   settle:      incr the counter by (used - reserved) as soon as the answer ends
+--                (body_filter at eof, or the error page: refund); the log phase
+--                settles the rest: no usage seen -> keep the reservation as the
+--                charge, unless the request failed (refund)
 --
 -- So a burst of long requests cannot overrun the quota: each one holds its worst case
 -- until the backend says what it really used. Bytes / 4 overestimates tokens for
@@ -81,6 +83,31 @@ local function take_usage(ctx, usage)
     ngx_var.sluice_completion_tokens = type(c) == "number" and c or ""
 end
 
+-- Settle the reservation at `used` tokens, once. Called as soon as the outcome is
+-- known (end of the answer, error page), before the caller has the last byte, so a
+-- caller's next request already sees the settled counter; the log phase catches
+-- what is left.
+local function settle(used)
+    local key = ngx_var.sluice_token_key
+    if not key or key == "" then
+        return
+    end
+    ngx_var.sluice_token_key = ""
+    local reserved = tonumber(ngx_var.sluice_token_reserved) or 0
+    if used ~= reserved then
+        limits.add(key, used - reserved)
+    end
+end
+
+local function take_body(ctx, body)
+    if #body <= MAX_BODY and str_find(body, '"usage"', 1, true) then
+        local doc = cjson.decode(body)
+        if type(doc) == "table" then
+            take_usage(ctx, doc.usage)
+        end
+    end
+end
+
 -- SSE: scan complete lines for a data event with "usage"; keep the unfinished tail.
 local function scan_sse(ctx, chunk)
     local buf = ctx.usage_carry
@@ -112,56 +139,82 @@ local function scan_sse(ctx, chunk)
     ctx.usage_carry = #rest <= MAX_CARRY and rest or nil
 end
 
--- body_filter: cheap unless this request holds a reservation.
+-- body_filter: cheap unless this request holds a reservation. The settlement happens
+-- as soon as the usage is known: for SSE at the usage event (before [DONE]), for JSON
+-- when Content-Length bytes have passed (nginx sends its eof only after the client
+-- already has them), else at eof.
 function _M.body_filter(ctx)
+    if ctx.usage_done then
+        return
+    end
     local chunk, eof = ngx_arg[1], ngx_arg[2]
     if ctx.usage_sse == nil then
         local ct = ngx_var.upstream_http_content_type or ""
         ctx.usage_sse = str_find(ct, "text/event-stream", 1, true) ~= nil
-        ctx.usage_parts, ctx.usage_n, ctx.usage_bytes = {}, 0, 0
+        ctx.usage_len = tonumber(ngx_var.upstream_http_content_length)
+        ctx.usage_n, ctx.usage_bytes = 0, 0
     end
     if ctx.usage_sse then
         if chunk ~= "" then
             scan_sse(ctx, chunk)
         end
+        if ctx.usage_total then
+            ctx.usage_done = true
+            settle(ctx.usage_total)
+        end
         return
     end
-    if chunk ~= "" and ctx.usage_bytes <= MAX_BODY then
-        local n = ctx.usage_n + 1
-        ctx.usage_parts[n] = chunk
-        ctx.usage_n = n
-        ctx.usage_bytes = ctx.usage_bytes + #chunk
-    end
-    if eof then
-        if ctx.usage_bytes <= MAX_BODY then
-            local doc = cjson.decode(concat(ctx.usage_parts, "", 1, ctx.usage_n))
-            if type(doc) == "table" then
-                take_usage(ctx, doc.usage)
+    local bytes = ctx.usage_bytes + #chunk
+    ctx.usage_bytes = bytes
+    local complete = eof or (ctx.usage_len ~= nil and bytes >= ctx.usage_len)
+    if complete and ctx.usage_n == 0 then
+        -- the whole answer in one buffer, the common case for small JSON
+        ctx.usage_done = true
+        take_body(ctx, chunk)
+    elseif bytes <= MAX_BODY then
+        if chunk ~= "" then
+            local parts = ctx.usage_parts
+            if not parts then
+                parts = {}
+                ctx.usage_parts = parts
             end
+            local n = ctx.usage_n + 1
+            parts[n] = chunk
+            ctx.usage_n = n
         end
+        if complete then
+            ctx.usage_done = true
+            take_body(ctx, concat(ctx.usage_parts, "", 1, ctx.usage_n))
+        end
+    else
+        ctx.usage_done = true     -- too large to parse: the log phase settles
         ctx.usage_parts = nil
+    end
+    if ctx.usage_total then
+        settle(ctx.usage_total)
     end
 end
 
--- log: settle the reservation. `ctx` may be empty after an error_page redirect.
+-- error page: the request failed, nothing was generated.
+function _M.refund()
+    settle(0)
+end
+
+-- log: settle what is still open. `ctx` may be empty after an error_page redirect.
 function _M.reconcile(ctx)
     local key = ngx_var.sluice_token_key
     if not key or key == "" then
         return
     end
-    local reserved = tonumber(ngx_var.sluice_token_reserved) or 0
     local used = ctx.usage_total
     if not used then
-        local status = ngx.status
-        if status >= 400 or not ctx.usage_scan then
+        if ngx.status >= 400 or not ctx.usage_scan then
             used = 0      -- refused, failed or never forwarded: nothing was generated
         else
-            used = reserved
+            used = tonumber(ngx_var.sluice_token_reserved) or 0
         end
     end
-    if used ~= reserved then
-        limits.add(key, used - reserved)
-    end
+    settle(used)
 end
 
 return _M
