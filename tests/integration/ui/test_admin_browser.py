@@ -60,6 +60,14 @@ def test_operator_sets_up_a_model_in_the_browser_and_the_key_works(stack, ui):
     stack.wait_served()
     assert stack.chat(key, "ui-chat").status_code == 403
 
+    # Every one of those changes is in the audit trail under the operator's name.
+    ui.open("/audit/?actor=ui:olga")
+    text = ui.text()
+    for resource in ("model #", "backend #", "consumer #", "key #"):
+        assert resource in text
+    assert text.count("delete") >= 1 and "[redacted]" in text  # the key's hash
+    ui.screenshot("audit.png")
+
 
 def test_drain_toggle_moves_traffic_away_and_back(stack, ui):
     urls = {name: stack.start_backend(name) for name in ("dr-a", "dr-b")}
