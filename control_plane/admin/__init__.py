@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import Flask
 
-from control_plane.admin import auth, dashboard, history, pages  # noqa: F401  (add routes)
+from control_plane.admin import (auth, dashboard, history, pages,  # noqa: F401  (routes)
+                                  usage)
 from control_plane.admin.blueprint import bp
 
 

@@ -36,6 +36,7 @@ class Page:
     label: Callable[[Any], str] = field(default=lambda obj: obj.name)
     editable: bool = True
     delete_verb: str = "Delete"
+    related: tuple[str, str] | None = None  # (endpoint, label) linked from the list
 
     def choices(self, session: Session) -> dict[str, list[tuple[str, str]]]:
         return {i.name: i.choices(session) for i in self.inputs if i.choices}
@@ -131,7 +132,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("Per day", lambda p: _limit(p.daily_requests)),
                   ("Per month", lambda p: _limit(p.monthly_requests)),
                   ("Tokens/month", lambda p: _limit(p.monthly_tokens)),
-                  ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—")]),
+                  ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—")],
+         related=("admin.quota_usage", "Quota usage")),
     Page("keys", "API keys", "API key", KEYS, KeySchema(),
          inputs=[Input("consumer_id", "Consumer", "ref", required=True,
                        choices=_consumer_choices, create_only=True),

@@ -183,6 +183,15 @@ def test_a_viewer_sees_everything_and_can_change_nothing(stack, ui):
     assert statuses == [403, 403, 403]
     assert [m["name"] for m in stack.admin.list("models")] == ["look-dont-touch"]
 
+    # Read-only pages are all there for a viewer.
+    plan = stack.admin.create("plans", name="starter", daily_requests=1000)
+    stack.admin.create("consumers", name="on-starter", plan_id=plan["id"])
+    ui.open("/plans/")
+    ui.find("a.button[href$='/admin/usage/']").click()
+    ui.wait(EC.title_contains("Quota usage"))
+    assert "on-starter" in ui.text() and "0 / 1,000" in ui.text()
+    ui.screenshot("usage.png")
+
 
 def test_signing_out_returns_to_the_login_page(stack, ui):
     ui.sign_in_with_the_keyboard("olga")
