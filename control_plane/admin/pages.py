@@ -13,13 +13,14 @@ from control_plane.admin.blueprint import bp
 from control_plane.admin.forms import (Input, default_values, form_values, parse_form,
                                        submitted_values)
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       KeySchema, ModelSchema, PlanSchema, Schema, iso)
+                                       KeySchema, MappingSchema, ModelSchema, PlanSchema,
+                                       Schema, iso)
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
-from control_plane.models import Consumer, Plan
+from control_plane.models import PROTOCOLS, Consumer, Plan
 from control_plane.services.errors import Conflict, Invalid
-from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MODELS,
-                                              PLANS, Resource)
+from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MAPPINGS,
+                                              MODELS, PLANS, Resource)
 
 Column = tuple[str, Callable[[Any], Any]]
 
@@ -48,6 +49,10 @@ def _model_choices(session: Session) -> list[tuple[str, str]]:
 
 def _consumer_choices(session: Session) -> list[tuple[str, str]]:
     return [(str(c.id), c.name) for c in CONSUMERS.list(session)]
+
+
+def _mapping_choices(session: Session) -> list[tuple[str, str]]:
+    return [(str(m.id), m.name) for m in MAPPINGS.list(session)]
 
 
 def _plan_choices(session: Session) -> list[tuple[str, str]]:
@@ -88,7 +93,10 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        choices=_model_choices),
                  Input("url", "URL", required=True, help="http://host:port[/base path]"),
                  Input("protocol", "Protocol", "select", required=True,
-                       choices=lambda _s: [("openai", "openai"), ("predict", "predict")]),
+                       choices=lambda _s: [(p, p) for p in PROTOCOLS]),
+                 Input("mapping_id", "Mapping", "ref", choices=_mapping_choices,
+                       blank_is_null=True,
+                       help="Only for protocol vendor: how its API is spoken."),
                  Input("weight", "Weight", "number", default="100",
                        help="Share of the model's traffic, 0 to 1000; 0 drains it."),
                  Input("auth_header", "Authorization header", "secret",
@@ -100,6 +108,20 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("Weight", lambda b: b.weight if b.weight else "0 (drained)"),
                   ("Credential", lambda b: "set" if b.auth_header is not None else "—"),
                   ("Enabled", lambda b: _yes(b.enabled))]),
+    Page("mappings", "Mappings", "mapping", MAPPINGS, MappingSchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("path", "Path", required=True,
+                       help="Where to POST, after the backend's base path, e.g. /generate"),
+                 Input("request", "Request template (JSON)", "json",
+                       default='{"prompt": "{{input}}"}',
+                       help="{{input}}, {{inputs}}, {{model}}, {{params.NAME}} are "
+                            "filled in per request; see docs/contracts.md."),
+                 Input("response", "Response pointers (JSON)", "json",
+                       default='{"output": "/output", "error": "/error/message"}',
+                       help="RFC 6901 JSON pointers to the answer and the error message.")],
+         columns=[("Name", lambda m: m.name), ("Path", lambda m: m.path),
+                  ("Output", lambda m: m.response.get("output", "")),
+                  ("Error", lambda m: m.response.get("error", "—"))]),
     Page("consumers", "Consumers", "consumer", CONSUMERS, ConsumerSchema(),
          inputs=[Input("name", "Name", required=True),
                  Input("allowed_models", "Allowed models", "names",

@@ -271,3 +271,23 @@ def test_backend_credential_is_write_only(ui, make, api, db_url):
     assert api("get", path.replace("/admin", "")).get_json()["auth_header_set"] is True
     assert ui(path, {**fields, "auth_header__clear": "on"}).status_code == 302
     assert api("get", path.replace("/admin", "")).get_json()["auth_header_set"] is False
+
+
+def test_vendor_backend_with_a_mapping_made_in_the_ui(ui, make, api):
+    resp = ui("/admin/mappings/new", {"name": "vendor-x", "path": "/generate",
+                                      "request": '{"prompt": "{{input}}"}',
+                                      "response": '{"output": "/text"}'})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [mapping] = api("get", "/mappings").get_json()["items"]
+    bad = ui("/admin/mappings/new", {"name": "m2", "path": "generate", "request": "{}",
+                                     "response": "{}"})
+    html = bad.get_data(as_text=True)
+    assert "Path must be a path starting with /" in html
+    assert "Response pointers (JSON) must be an object" in html
+    model = make("model")
+    resp = ui("/admin/backends/new", {"name": "vx", "model_id": str(model["id"]),
+                                      "url": "http://127.0.0.1:9999", "protocol": "vendor",
+                                      "mapping_id": str(mapping["id"]), "enabled": "on"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [backend] = api("get", "/backends").get_json()["items"]
+    assert (backend["protocol"], backend["mapping_id"]) == ("vendor", mapping["id"])
