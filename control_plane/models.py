@@ -149,6 +149,18 @@ class JwtIssuer(Timestamps, Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class ContentPolicy(Timestamps, Base):
+    """Terms a request must not contain (case-insensitive substrings of any string in
+    the request body), for one model by name or, with `model` NULL, for all."""
+    __tablename__ = "content_policies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    model: Mapped[str | None] = mapped_column(String(128))
+    terms: Mapped[list] = mapped_column(JSONB)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+
+
 class ApiKey(Timestamps, Base):
     __tablename__ = "api_keys"
 

@@ -212,3 +212,18 @@ class JwtIssuerSchema(Schema):
                 "consumer_claim": j.consumer_claim, "enabled": j.enabled,
                 "expires_at": iso(j.expires_at), "created_at": iso(j.created_at),
                 "updated_at": iso(j.updated_at)}
+
+
+class ContentPolicySchema(Schema):
+    create = {
+        "name": Field(v.name, required=True),
+        "model": Field(v.name, nullable=True),      # null: every model
+        "terms": Field(v.term_list, required=True),
+        "enabled": Field(v.boolean),
+    }
+    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+
+    def render(self, p: ContentPolicy) -> dict[str, Any]:
+        return {"id": p.id, "name": p.name, "model": p.model, "terms": p.terms,
+                "enabled": p.enabled, "created_at": iso(p.created_at),
+                "updated_at": iso(p.updated_at)}

@@ -265,3 +265,12 @@ def mapping_response(value: Any) -> dict[str, str]:
         if not isinstance(ptr, str) or not _POINTER_RE.match(ptr):
             raise ValueError(message)
     return value
+
+
+def term_list(value: Any) -> list[str]:
+    """1-1000 distinct non-empty terms of at most 200 characters, matched lowercased."""
+    if (not isinstance(value, list) or not 1 <= len(value) <= 1000 or not all(
+            isinstance(t, str) and 1 <= len(t.strip()) and len(t) <= 200 for t in value)):
+        raise ValueError("must be a list of 1 to 1000 non-empty strings of at most "
+                         "200 characters")
+    return list(dict.fromkeys(t.strip().lower() for t in value))

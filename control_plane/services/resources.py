@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.models import (ApiKey, Backend, Base, Consumer, Gateway, JwtIssuer, Model,
-                                  Plan)
+from control_plane.models import (ApiKey, Backend, Base, Consumer, ContentPolicy, Gateway,
+                                  JwtIssuer, Model, Plan)
 from control_plane.models import Mapping as MappingRow
 from control_plane.services import audit
 from control_plane.services.config_state import bump_version
@@ -224,6 +224,11 @@ class Plans(Resource[Plan]):
                            "move them to another plan first")
 
 
+class ContentPolicies(Resource[ContentPolicy]):
+    model = ContentPolicy
+    label = "content policy"
+
+
 class JwtIssuers(Resource[JwtIssuer]):
     model = JwtIssuer
     label = "JWT issuer"
@@ -271,5 +276,6 @@ MAPPINGS = Mappings()
 CONSUMERS = Consumers()
 PLANS = Plans()
 JWT_ISSUERS = JwtIssuers()
+CONTENT_POLICIES = ContentPolicies()
 KEYS = ApiKeys()
 GATEWAYS = Gateways()

@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane.models import ApiKey, Backend, Consumer, JwtIssuer, Mapping, Model, Plan
+from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
+                                  Model, Plan)
 from control_plane.services.config_state import current_version
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,11 @@ def build(session: Session) -> dict[str, Any]:
         for m in session.scalars(select(Mapping).order_by(Mapping.id))
     }
 
+    content_policies = [
+        {"id": p.id, "name": p.name, "model": p.model, "terms": p.terms}
+        for p in session.scalars(select(ContentPolicy).where(ContentPolicy.enabled)
+                                 .order_by(ContentPolicy.id))]
+
     return {
         "version": version,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -145,4 +151,5 @@ def build(session: Session) -> dict[str, Any]:
         "keys": keys,
         "plans": plans,
         "jwt": jwt,
+        "content_policies": content_policies,
     }

@@ -6,6 +6,7 @@
 local cjson = require("cjson.safe")
 local plans = require("sluice.plans")
 local jwt = require("sluice.jwt")
+local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 
 local ngx = ngx
@@ -130,6 +131,7 @@ function _M.validate(s)
         end
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
+                 or content.validate(s.content_policies)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
@@ -221,7 +223,7 @@ local function compile(s)
 
     return { version = s.version, models = models, consumers = consumers, keys = keys,
              consumers_by_name = by_name, plans = plans.compile(s.plans),
-             jwt = jwt.compile(s.jwt) }
+             jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

@@ -12,6 +12,7 @@ local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
 local observe = require("sluice.observe")
 local policy = require("sluice.policy")
+local content = require("sluice.content")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -107,6 +108,12 @@ function _M.access()
                                                 endpoint.caller == "openai")
     if status then
         return errors.exit(status, err_type, msg, extra)
+    end
+
+    local violated = content.check(snap, model_name, ctx.request_doc)
+    if violated then
+        return errors.exit(451, "policy_violation",
+                           "the request was refused by content policy " .. violated)
     end
 
     local backend = balancer.choose(ctx, pool)

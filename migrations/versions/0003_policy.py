@@ -1,5 +1,5 @@
 """Policy: plans (rate limits, concurrency, quotas) with a consumer's plan, JWT
-verification keys, per-backend credentials.
+verification keys, per-backend credentials, content policies (term lists).
 
 Revision ID: 0003
 Revises: 0001
@@ -63,9 +63,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_jwt_issuers"),
         sa.UniqueConstraint("name", name="uq_jwt_issuers_name"),
     )
+    op.create_table(
+        "content_policies",
+        sa.Column("id", sa.Integer(), primary_key=True),
+        sa.Column("name", sa.String(128), nullable=False),
+        sa.Column("model", sa.String(128), nullable=True),
+        sa.Column("terms", postgresql.JSONB(), nullable=False),
+        sa.Column("enabled", sa.Boolean(), nullable=False, server_default="true"),
+        *_timestamps(),
+        sa.PrimaryKeyConstraint("id", name="pk_content_policies"),
+        sa.UniqueConstraint("name", name="uq_content_policies_name"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("content_policies")
     op.drop_table("jwt_issuers")
     op.drop_column("backends", "auth_header")
     op.drop_index("ix_consumers_plan_id", table_name="consumers")

@@ -76,7 +76,7 @@ def make(api):
         elif kind == "key":
             consumer_id = fields.pop("consumer_id", None) or create("consumer")["id"]
             body = {"consumer_id": consumer_id, **fields}
-        elif kind in ("plan", "jwt-issuer"):
+        elif kind in ("plan", "jwt-issuer", "content-policy"):
             body = {"name": f"{kind}-{n}", **fields}
         elif kind == "mapping":
             body = {"name": f"vendor-{n}", "path": "/generate",
@@ -87,7 +87,8 @@ def make(api):
                     **fields}
         else:
             raise ValueError(kind)
-        resp = api("post", f"/{kind}s", json=body)
+        path = "/content-policies" if kind == "content-policy" else f"/{kind}s"
+        resp = api("post", path, json=body)
         assert resp.status_code == 201, resp.get_json()
         return resp.get_json()
     return create

@@ -10,7 +10,7 @@ from control_plane.db import make_engine
 from control_plane.models import Base
 
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
-          "plans", "jwt_issuers", "admin_users",
+          "plans", "jwt_issuers", "content_policies", "admin_users",
           "inference_logs", "log_checkpoints", "audit_log", "mappings"}
 
 

@@ -128,3 +128,16 @@ def test_jwt_issuer_rejects_bad_keys(api):
         r = api("post", "/jwt-issuers", json=body)
         assert r.status_code == 422, (body, r.get_json())
         assert field in r.get_json()["error"]["fields"], (body, r.get_json())
+
+
+def test_content_policy_crud_and_snapshot(api, make):
+    p = make("content-policy", name="no-secrets", terms=["Project Falcon", "project falcon"])
+    assert p["terms"] == ["project falcon"] and p["model"] is None
+    q = make("content-policy", name="chat", model="chat-demo", terms=["x"], enabled=False)
+    snap = api("get", "/snapshot").get_json()
+    assert snap["content_policies"] == [{"id": p["id"], "name": "no-secrets", "model": None,
+                                         "terms": ["project falcon"]}]
+    api("patch", f"/content-policies/{q['id']}", json={"enabled": True})
+    assert len(api("get", "/snapshot").get_json()["content_policies"]) == 2
+    r = api("post", "/content-policies", json={"name": "bad", "terms": []})
+    assert r.status_code == 422 and "terms" in r.get_json()["error"]["fields"]
