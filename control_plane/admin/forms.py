@@ -20,9 +20,10 @@ from control_plane.api.schemas import Schema, iso
 from control_plane.api.validation import ValidationError, validate
 
 # select: one of fixed strings; ref: the id of another row, chosen by its name;
-# decimal: a number with a fraction; secret: write-only, never shown again
+# decimal: a number with a fraction; secret: write-only, never shown again;
+# textarea: multi-line text (a PEM)
 KINDS = ("text", "number", "decimal", "checkbox", "select", "ref", "names", "json",
-         "datetime", "secret")
+         "datetime", "secret", "textarea")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Input:
     create_only: bool = False  # shown when creating, fixed afterwards
     default: str | bool = ""   # what a new form shows
     blank_is_null: bool = False  # an emptied field means null (e.g. "unlimited")
+    blank_is_absent: bool = False  # an empty field leaves the stored value alone
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -63,6 +65,10 @@ def _convert(inp: Input, form: MultiDict) -> Any:
     raw = raw.strip()
     if not raw and inp.blank_is_null:
         return None
+    if not raw and inp.blank_is_absent:
+        return _ABSENT
+    if inp.kind == "textarea":
+        return raw + "\n" if raw else _ABSENT
     if inp.kind in ("text", "select"):
         return raw if raw or not inp.required else _ABSENT
     if inp.kind in ("number", "ref"):
@@ -127,8 +133,8 @@ def form_values(obj: Any, inputs: list[Input]) -> dict[str, Any]:
         value = getattr(obj, inp.name, None)
         if inp.kind == "checkbox":
             values[inp.name] = bool(value)
-        elif inp.kind == "secret":
-            values[inp.name] = ""  # never sent back to the browser
+        elif inp.kind == "secret" or inp.blank_is_absent:
+            values[inp.name] = ""  # write-only, or not a column (folded by to_row)
             values[clear_name(inp)] = value is not None  # whether one is stored
         elif inp.kind == "names":
             values[inp.name] = ", ".join(value) if value else ""

@@ -13,14 +13,14 @@ from control_plane.admin.blueprint import bp
 from control_plane.admin.forms import (Input, default_values, form_values, parse_form,
                                        submitted_values)
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       KeySchema, MappingSchema, ModelSchema, PlanSchema,
-                                       Schema, iso)
+                                       JwtIssuerSchema, KeySchema, MappingSchema,
+                                       ModelSchema, PlanSchema, Schema, iso)
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
 from control_plane.models import PROTOCOLS, Consumer, Plan
 from control_plane.services.errors import Conflict, Invalid
-from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, KEYS, MAPPINGS,
-                                              MODELS, PLANS, Resource)
+from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
+                                              KEYS, MAPPINGS, MODELS, PLANS, Resource)
 
 Column = tuple[str, Callable[[Any], Any]]
 
@@ -38,6 +38,11 @@ class Page:
     editable: bool = True
     delete_verb: str = "Delete"
     related: tuple[str, str] | None = None  # (endpoint, label) linked from the list
+    # validated input -> columns, as the API's register_resource(to_row=...) does
+    to_row: Callable[..., dict[str, Any]] | None = None
+
+    def row_data(self, data: dict[str, Any], *, creating: bool) -> dict[str, Any]:
+        return self.to_row(data, partial=not creating) if self.to_row else data
 
     def choices(self, session: Session) -> dict[str, list[tuple[str, str]]]:
         return {i.name: i.choices(session) for i in self.inputs if i.choices}
@@ -167,6 +172,30 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("Name", lambda k: k.name), ("Expires", lambda k: iso(k.expires_at) or "never"),
                   ("Enabled", lambda k: _yes(k.enabled))],
          label=lambda k: f"{k.prefix}… ({k.consumer.name})", delete_verb="Revoke"),
+    Page("jwt-issuers", "JWT issuers", "JWT issuer", JWT_ISSUERS, JwtIssuerSchema(),
+         inputs=[Input("name", "Name", required=True),
+                 Input("pem", "Public key (PEM)", "textarea", blank_is_absent=True,
+                       help="-----BEGIN PUBLIC KEY----- …; or give a JWKS below. When "
+                            "editing, leave both empty to keep the current keys."),
+                 Input("jwks", "JWKS (JSON)", "json", blank_is_absent=True,
+                       help='{"keys": [...]} or a single JWK (RS256 or ES256).'),
+                 Input("issuer", "Issuer (iss)", blank_is_null=True,
+                       help="Empty: any issuer."),
+                 Input("audience", "Audience (aud)", blank_is_null=True,
+                       help="Empty: any audience."),
+                 Input("consumer_claim", "Consumer claim", default="sub",
+                       help="The claim that names the consumer."),
+                 Input("expires_at", "Expires at", "datetime",
+                       help="ISO 8601; empty: never."),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Name", lambda j: j.name),
+                  ("Keys", lambda j: ", ".join(f"{k['alg']} {k.get('kid') or '(no kid)'}"
+                                               for k in j.keys)),
+                  ("Issuer", lambda j: j.issuer or "any"),
+                  ("Audience", lambda j: j.audience or "any"),
+                  ("Claim", lambda j: j.consumer_claim),
+                  ("Enabled", lambda j: _yes(j.enabled))],
+         to_row=JwtIssuerSchema.to_row),
     Page("gateways", "Gateways", "gateway", GATEWAYS, GatewaySchema(),
          inputs=[Input("name", "Name", required=True),
                  Input("internal_url", "Internal URL", required=True,
@@ -208,7 +237,8 @@ def resource_new(kind: str):
     if request.method == "GET":
         return _render_form(page, default_values(page.inputs))
     try:
-        data = parse_form(request.form, page.inputs, page.schema, creating=True)
+        data = page.row_data(parse_form(request.form, page.inputs, page.schema,
+                                        creating=True), creating=True)
         if page.kind == "keys":
             row, key = KEYS.create_with_key(db(), data)
             # Shown in this answer only (no redirect, no-store): it is never kept.
@@ -232,7 +262,8 @@ def resource_edit(kind: str, id: int):
     if request.method == "GET":
         return _render_form(page, form_values(obj, page.inputs), obj=obj)
     try:
-        data = parse_form(request.form, page.inputs, page.schema, creating=False)
+        data = page.row_data(parse_form(request.form, page.inputs, page.schema,
+                                        creating=False), creating=False)
         obj = page.resource.update(db(), id, data)
     except (ValidationError, Invalid) as exc:
         return _render_form(page, submitted_values(request.form, page.inputs), exc.fields,

@@ -291,3 +291,29 @@ def test_vendor_backend_with_a_mapping_made_in_the_ui(ui, make, api):
     assert resp.status_code == 302, resp.get_data(as_text=True)
     [backend] = api("get", "/backends").get_json()["items"]
     assert (backend["protocol"], backend["mapping_id"]) == ("vendor", mapping["id"])
+
+
+def test_jwt_issuer_from_a_pem_keeps_its_keys_when_edited(ui, api):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    resp = ui("/admin/jwt-issuers/new", {"name": "idp", "pem": pem, "issuer": "https://idp",
+                                         "consumer_claim": "sub", "enabled": "on"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [issuer] = api("get", "/jwt-issuers").get_json()["items"]
+    assert [k["alg"] for k in issuer["keys"]] == ["ES256"] and issuer["audience"] is None
+    assert "ES256" in ui.client.get("/admin/jwt-issuers/").get_data(as_text=True)
+    resp = ui(f"/admin/jwt-issuers/{issuer['id']}", {"name": "idp", "issuer": "",
+                                                     "consumer_claim": "email"})
+    assert resp.status_code == 302
+    again = api("get", f"/jwt-issuers/{issuer['id']}").get_json()
+    assert again["keys"] == issuer["keys"]
+    assert (again["issuer"], again["consumer_claim"], again["enabled"]) == (None, "email",
+                                                                             False)
+    bad = ui("/admin/jwt-issuers/new", {"name": "nokey", "consumer_claim": "sub"})
+    assert "pem or jwks is required" in bad.get_data(as_text=True)
+    bad = ui("/admin/jwt-issuers/new", {"name": "junk", "pem": "not a key",
+                                        "consumer_claim": "sub"})
+    assert "must be a PEM public key" in bad.get_data(as_text=True)
