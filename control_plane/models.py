@@ -40,11 +40,16 @@ class Model(Timestamps, Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     timeout_ms: Mapped[int] = mapped_column(Integer, default=60000, server_default="60000")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    # Response cache: seconds an answer is reused (0: never cached), and whether
+    # consumers share cached answers (False: each consumer sees only its own).
+    cache_ttl_s: Mapped[int] = mapped_column(Integer, default=300, server_default="300")
+    cache_shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
     backends: Mapped[list[Backend]] = relationship(
         back_populates="model", passive_deletes="all", order_by="Backend.id")
 
-    __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),)
+    __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),
+                      CheckConstraint("cache_ttl_s >= 0", name="cache_ttl_non_negative"))
 
 
 class Mapping(Timestamps, Base):

@@ -11,6 +11,7 @@ from control_plane.models import (MAX_WEIGHT, PROTOCOLS, ApiKey, Backend, Consum
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
+MAX_CACHE_TTL_S = 30 * 86400
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
@@ -37,12 +38,15 @@ class ModelSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
         "timeout_ms": Field(v.integer(1, MAX_TIMEOUT_MS)),
+        "cache_ttl_s": Field(v.integer(0, MAX_CACHE_TTL_S)),
+        "cache_shared": Field(v.boolean),
         "enabled": Field(v.boolean),
     }
     update = {k: Field(f.parse) for k, f in create.items()}
 
     def render(self, m: Model) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
+                "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "enabled": m.enabled, "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 

@@ -109,7 +109,9 @@ def build(session: Session) -> dict[str, Any]:
             except ResolveError as exc:
                 log.warning("snapshot v%d: backend %s left out: %s", version, backend.name, exc)
         models[model.name] = {"id": model.id, "name": model.name,
-                              "timeout_ms": model.timeout_ms, "backends": backends}
+                              "timeout_ms": model.timeout_ms,
+                              "cache_ttl_s": model.cache_ttl_s,
+                              "cache_shared": model.cache_shared, "backends": backends}
 
     consumers = {
         str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,

@@ -35,6 +35,7 @@ local LOCK_WAIT = 5        -- seconds a push waits for the lock
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
                     vendor = true }
 local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor"
+local DEFAULT_CACHE_TTL = 0      -- a snapshot that does not ask for caching gets none
 local SCHEMES = { http = true }   -- https needs its own upstream; not in the skeleton
 
 local _M = {}
@@ -102,6 +103,9 @@ function _M.validate(s)
         if not is_object(m) then return nil, where .. ": must be an object" end
         if m.name ~= nil and m.name ~= name then return nil, where .. ".name: must equal its key" end
         if not is_int(m.timeout_ms, 1) then return nil, where .. ".timeout_ms: must be an integer >= 1" end
+        if m.cache_ttl_s ~= nil and not is_int(m.cache_ttl_s, 0) then
+            return nil, where .. ".cache_ttl_s: must be an integer >= 0"
+        end
         if not is_object(m.backends) then return nil, where .. ".backends: must be a list" end
         for i, b in ipairs(m.backends) do
             local err = validate_backend(b, where .. ".backends[" .. i .. "]", maps)
@@ -187,6 +191,8 @@ local function compile(s)
         end
         table.sort(order)
         models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools,
+                         cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
+                         cache_shared = m.cache_shared == true,
                          pool_order = order }
     end
 

@@ -131,6 +131,7 @@ local function finish(conv, raw)
         err = "answer is not a JSON object"
     end
     if not ires or ires.outputs[1] == nil then
+        conv.failed = true
         local body = failure(err or "answer holds no outputs")
         return conv.sse and sse.error_event(body) or body .. "\n"
     end
@@ -167,6 +168,7 @@ function _M.body_filter(ctx)
         return
     end
     if conv.overflow then
+        conv.failed = true
         ngx.arg[1] = failure("answer is larger than " .. MAX_BUFFER .. " bytes") .. "\n"
         return
     end

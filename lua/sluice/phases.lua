@@ -7,6 +7,7 @@ local auth = require("sluice.auth")
 local endpoints = require("sluice.endpoints")
 local router = require("sluice.router")
 local convert = require("sluice.convert")
+local cache = require("sluice.cache")
 local catalog = require("sluice.catalog")
 local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
@@ -116,6 +117,8 @@ function _M.access()
                            "the request was refused by content policy " .. violated)
     end
 
+    cache.lookup(ctx, endpoint, doc, model, consumer)   -- a hit ends the request here
+
     local backend = balancer.choose(ctx, pool)
     if not backend then
         return errors.exit(503, "backend_unavailable",
@@ -154,8 +157,10 @@ function _M.header_filter()
     if id and id ~= "" then
         ngx_header["X-Request-Id"] = id
     end
-    policy.headers(ngx.ctx)
-    convert.header_filter(ngx.ctx)
+    local ctx = ngx.ctx
+    policy.headers(ctx)
+    convert.header_filter(ctx)
+    cache.header_filter(ctx)
 end
 
 -- Conversion first: token accounting then reads the answer the caller gets, in
@@ -163,6 +168,7 @@ end
 function _M.body_filter()
     local ctx = ngx.ctx
     convert.body_filter(ctx)
+    cache.body_filter(ctx)
     policy.body_filter(ctx)
 end
 
