@@ -164,7 +164,7 @@ function _M.body_filter(ctx)
         end
     end
     if not eof then
-        ngx.arg[1] = nil
+        ngx.arg[1] = ""      -- later filters (tokens, cache) expect a string
         return
     end
     if conv.overflow then

@@ -161,3 +161,29 @@ def test_openai_client_errors(client, streaming_gw, helpers):
     with pytest.raises(openai.PermissionDeniedError):
         limited.chat.completions.create(model="llm", messages=[{"role": "user",
                                                                 "content": "x"}])
+
+
+def test_token_metered_plan_on_converted_answers(gateway, helpers, protocol_backends):
+    """Token accounting reads the converted answer: usage the gateway reports (here
+    estimated from words) is what the plan is charged, streams included."""
+    key = "sk-test-metered-convert-0123456789"
+    b = protocol_backends
+    snap = helpers.make_snapshot(1, {
+        "va": (5000, [b["vendor-a"].entry(1, protocol="vendor", mapping="vendor-a")]),
+        "v2": (5000, [b["kserve_v2"].entry(2)])}, mappings=MAPPINGS)
+    snap["consumers"]["3"] = {"id": 3, "name": "metered", "allowed_models": None,
+                              "plan_id": 4}
+    snap["keys"][helpers.key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                                          "expires_at": None}
+    snap["plans"] = {"4": {"id": 4, "name": "metered", "rate_per_second": 1000,
+                           "monthly_tokens": 100_000}}
+    assert gateway.push(snap).status_code == 200
+    for model in ("va", "v2"):
+        r = requests.post(gateway.url + "/v1/chat/completions", timeout=10,
+                          headers={"Authorization": f"Bearer {key}"},
+                          json={"model": model, "max_tokens": 10,
+                                "messages": [{"role": "user", "content": "one two"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["total_tokens"] > 0
+        evs = events(stream(gateway, key, model, stream_options={"include_usage": True}))
+        assert evs[-1] == "[DONE]" and evs[-2]["usage"]["total_tokens"] > 0
