@@ -122,6 +122,9 @@ class DemoServer(ThreadingHTTPServer):
 
 class DemoHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Small writes (headers, then each SSE chunk) go out at once, as on real model
+    # servers; with Nagle a peer's delayed ACK stalls them ~40 ms.
+    disable_nagle_algorithm = True
     server: DemoServer
     server_version = "sluice-demo/1"
 

@@ -26,6 +26,7 @@ local pairs = pairs
 local ipairs = ipairs
 local next = next
 local tostring = tostring
+local tonumber = tonumber
 local sort = table.sort
 local concat = table.concat
 local str_find = string.find
@@ -132,6 +133,10 @@ function _M.header_filter(ctx)
     if c.key and ngx.status ~= 200 then
         c.key = nil
     end
+    -- nginx may hand the body filter its eof only after the client has every byte;
+    -- with a Content-Length the entry is stored as soon as that many bytes passed,
+    -- so the caller's next request finds it.
+    c.len = tonumber(ngx_header["Content-Length"])
 end
 
 function _M.body_filter(ctx)
@@ -140,16 +145,18 @@ function _M.body_filter(ctx)
         return
     end
     local data, eof = ngx.arg[1], ngx.arg[2]
+    local size = c.size or 0
     if data and data ~= "" then
-        c.size = (c.size or 0) + #data
-        if c.size > MAX_ENTRY then
+        size = size + #data
+        c.size = size
+        if size > MAX_ENTRY then
             c.key = nil
             return
         end
         c.parts = c.parts or {}
         c.parts[#c.parts + 1] = data
     end
-    if eof then
+    if eof or (c.len and size >= c.len) then
         if ctx.conv and ctx.conv.failed then    -- a 200 whose body is an error
             c.key = nil
             return
