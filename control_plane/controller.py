@@ -21,6 +21,7 @@ from typing import Any
 import requests
 from sqlalchemy import select
 
+from control_plane import cp_metrics
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
 from control_plane.services import snapshot as snapshot_service
@@ -81,6 +82,10 @@ class Controller:
         with self._sessions() as session:
             version = current_version(session)
             gateways = list(session.scalars(select(Gateway).order_by(Gateway.id)))
+        cp_metrics.CONFIG_VERSION.set(version)
+        for g in gateways:
+            cp_metrics.ACKED_VERSION.labels(g.name).set(
+                -1 if g.acked_version is None else g.acked_version)
         now = self._clock()
         due = [g for g in gateways
                if (g.acked_version != version or g.id in self._force)
@@ -136,6 +141,13 @@ class Controller:
     def run_forever(self) -> None:
         log.info("controller started: %d gateway(s) from settings, interval %.2fs",
                  len(self.settings.gateways), self.settings.controller_interval)
+        cp_metrics.set_slas(dict(self.settings.model_slas))
+        try:
+            cp_metrics.serve(self.settings.controller_metrics_port,
+                             self.settings.controller_metrics_host)
+        except OSError as exc:   # a port in use must not stop the pushes
+            log.error("cannot serve metrics on port %s: %s",
+                      self.settings.controller_metrics_port, exc)
         shipping = self.start_shipping()
         while not self._stopping:
             if self._reload_requested:
@@ -186,6 +198,14 @@ class Controller:
         return self._cached[1]
 
     def _push_one(self, gateway: Gateway, snap: dict[str, Any]) -> PushResult:
+        with cp_metrics.PUSH_SECONDS.labels(gateway.name).time():
+            result = self._push_one_timed(gateway, snap)
+        cp_metrics.PUSHES.labels(gateway.name, "ok" if result.error is None else "error").inc()
+        if result.acked is not None:
+            cp_metrics.ACKED_VERSION.labels(gateway.name).set(result.acked)
+        return result
+
+    def _push_one_timed(self, gateway: Gateway, snap: dict[str, Any]) -> PushResult:
         try:
             acked = push(gateway.internal_url, self.settings.gateway_token, snap,
                          self.settings.push_timeout, session=self._http)

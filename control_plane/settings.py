@@ -35,6 +35,9 @@ class Settings:
     access_logs: tuple[Any, ...] = ()
     ship_interval: float = 1.0
     log_retention_days: float = 30.0
+    controller_metrics_port: int | None = None
+    controller_metrics_host: str = "127.0.0.1"
+    model_slas: tuple[tuple[str, float], ...] = ()   # (model name, ms)
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -80,6 +83,24 @@ def _bool(value: str) -> bool:
     if value in ("0", "false", "no", "off", ""):
         return False
     raise ValueError("must be true or false")
+def _slas(value: str) -> tuple[tuple[str, float], ...]:
+    """`chat-demo=1500,sentiment-demo=200`: milliseconds per model name."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, ms = item.partition("=")
+        try:
+            number = float(ms)
+        except ValueError:
+            number = float("nan")
+        if not sep or not name.strip() or not number > 0 or number == float("inf"):
+            raise ValueError(f"{item!r} is not MODEL=MILLISECONDS")
+        out.append((name.strip(), number))
+    return tuple(out)
+
+
 def _access_logs(value: str) -> tuple[Any, ...]:
     from control_plane.shipper import parse_sources
 
@@ -108,6 +129,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_SECRET_KEY": ("secret_key", _str),
     "SLUICE_COOKIE_SECURE": ("cookie_secure", _bool),
     "SLUICE_ACCESS_LOGS": ("access_logs", _access_logs),
+    "SLUICE_CONTROLLER_METRICS_PORT": ("controller_metrics_port", _port),
+    "SLUICE_CONTROLLER_METRICS_HOST": ("controller_metrics_host",
+                                       lambda v: v.strip() or "127.0.0.1"),
+    "SLUICE_MODEL_SLA": ("model_slas", _slas),
     "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
     "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
 }

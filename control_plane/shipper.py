@@ -33,6 +33,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
+from control_plane import cp_metrics
+
 log = logging.getLogger("sluice.shipper")
 
 MAX_BATCH_BYTES = 8 << 20      # per file per pass; the rest waits for the next pass
@@ -204,6 +206,11 @@ class Shipper:
                 conn.execute(text("DELETE FROM log_checkpoints WHERE source = :s "
                                   "AND inode = ANY(:g)"), {"s": source.name, "g": list(gone)})
         self.shipped += rows_total
+        cp_metrics.SHIPPED.labels(source.name).inc(rows_total)
+        cp_metrics.LAST_SHIP.labels(source.name).set(time.time())
+        cp_metrics.BACKLOG.labels(source.name).set(
+            sum(max(size - moved.get(inode, done.get(inode, 0)), 0)
+                for inode, _, size in files))
         return rows_total
 
     def _copy(self, conn, gateway: str, data: bytes) -> int:
@@ -216,6 +223,7 @@ class Shipper:
             row = to_row(gateway, line)
             if row is None:
                 self.skipped += 1
+                cp_metrics.SKIPPED.labels(gateway).inc()
                 log.warning("skipping a line that is not a Sluice access-log record: %.200r",
                             line)
                 continue
@@ -271,6 +279,7 @@ def main(settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     engine = make_engine(settings.require_database_url())
+    cp_metrics.serve(settings.controller_metrics_port, settings.controller_metrics_host)
     shipper = Shipper(engine, settings.access_logs)
     log.info("shipping %s every %.1fs", ", ".join(f"{s.name}={s.path}"
                                                    for s in settings.access_logs),

@@ -41,6 +41,10 @@ DEMO_BACKENDS = [
 FIRST_ADMIN = "admin"
 
 
+# latency objectives (ms) of the demo models, for the p99 alert
+DEMO_SLAS = "chat-demo=2000,sentiment-demo=500"
+
+
 def var_dir() -> Path:
     return Path(os.environ.get("SLUICE_VAR_DIR", REPO / "var")).resolve()
 
@@ -112,6 +116,7 @@ class Stack:
         gw_port = _port("SLUICE_GATEWAY_PORT", 8000)
         internal_port = _port("SLUICE_INTERNAL_PORT", 8001)
         api_port = _port("SLUICE_API_PORT", 8080)
+        cp_metrics_port = _port("SLUICE_CONTROLLER_METRICS_PORT", 8002)
 
         db_url = os.environ.get("DATABASE_URL") or self._private_database()
         print("sluice up: migrating the database to head", flush=True)
@@ -124,7 +129,9 @@ class Stack:
                    SLUICE_SECRET_KEY=creds["secret_key"],
                    SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
                    SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port),
-                   SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}")
+                   SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}",
+                   SLUICE_CONTROLLER_METRICS_PORT=str(cp_metrics_port))
+        env.setdefault("SLUICE_MODEL_SLA", DEMO_SLAS)
         backend_urls = self._demo_backends(env, logs)
 
         api = self._spawn("api", [sys.executable, "-m", "control_plane.cli", "api"], env, logs)
@@ -147,6 +154,7 @@ class Stack:
             # Prometheus text format; needs Authorization: Bearer <gateway_token>
             "metrics_url": self.gateway.internal_url + "/metrics",
             "gateway_token": creds["gateway_token"],
+            "controller_metrics_url": f"http://127.0.0.1:{cp_metrics_port}/metrics",
             "admin_url": admin_url,
             "admin_token": creds["admin_token"],
             "ui_url": f"http://127.0.0.1:{api_port}/admin",

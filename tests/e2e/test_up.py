@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.runtime import procs
 
@@ -49,7 +50,8 @@ def _up(var: Path, ports: list[int]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN")}
     env.update(SLUICE_VAR_DIR=str(var), SLUICE_GATEWAY_PORT=str(ports[0]),
-               SLUICE_INTERNAL_PORT=str(ports[1]), SLUICE_API_PORT=str(ports[2]))
+               SLUICE_INTERNAL_PORT=str(ports[1]), SLUICE_API_PORT=str(ports[2]),
+               SLUICE_CONTROLLER_METRICS_PORT=str(ports[3]))
     return subprocess.Popen([sys.executable, "-m", "control_plane.cli", "up"], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -86,7 +88,7 @@ def _sign_in(info: dict) -> None:
 
 
 def test_up_serves_prints_how_and_stops_everything(var):
-    ports = procs.free_ports(3)
+    ports = procs.free_ports(4)
     first = _up(var, ports)
     try:
         info = _wait_info(var, first)
@@ -116,6 +118,17 @@ def test_up_serves_prints_how_and_stops_everything(var):
                 break
             time.sleep(0.2)
         assert [i["model"] for i in found.json()["items"]] == [chat_model]
+        # the controller's own metrics, read by the real Prometheus parser
+        text = requests.get(info["controller_metrics_url"], timeout=5).text
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for fam in text_string_to_metric_families(text) for s in fam.samples}
+        gw_name = f"127.0.0.1:{ports[1]}"
+        assert samples[("sluice_controller_pushes_total",
+                        (("gateway", gw_name), ("outcome", "ok")))] >= 1
+        config = samples[("sluice_controller_config_version", ())]
+        assert samples[("sluice_gateway_acked_version", (("gateway", gw_name),))] == config
+        assert samples[("sluice_shipper_rows_total", (("source", "gateway"),))] >= 1
+        assert samples[("sluice_model_sla_seconds", (("model", "chat-demo"),))] == 2.0
         models = requests.get(info["admin_url"] + "/models", timeout=5,
                               headers={"Authorization": f"Bearer {info['admin_token']}"})
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
