@@ -13,6 +13,10 @@ PACKAGES=(
   chromium chromium-driver
 )
 
+# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests; images that
+# only run Sluice skip it (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus)
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

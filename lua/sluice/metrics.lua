@@ -72,6 +72,11 @@ _M.register("sluice_request_duration_seconds", "histogram",
 _M.register("sluice_upstream_duration_seconds", "histogram",
             "Time spent with backends (all attempts) for requests that reached one.",
             { "model", "backend" })
+-- With _sum and _count of the histogram above: the exact standard deviation per
+-- backend, sqrt(E[x^2] - E[x]^2) (alert SluiceBackendLatencyStddevHigh).
+_M.register("sluice_upstream_duration_seconds_squared_total", "counter",
+            "Sum of the squares of upstream durations (seconds squared).",
+            { "model", "backend" })
 _M.register("sluice_upstream_retries_total", "counter",
             "Requests that were tried on a second backend after a connect failure.",
             { "model" })

@@ -88,6 +88,7 @@ function _M.log()
     local up = upstream_seconds()
     if up then
         metrics.observe("sluice_upstream_duration_seconds", up, model, backend)
+        metrics.inc("sluice_upstream_duration_seconds_squared_total", up * up, model, backend)
         ngx_var.sluice_upstream_ms = floor(up * 1000 + 0.5)
     end
 end

@@ -89,6 +89,11 @@ def test_requests_latency_and_snapshot_metrics(gateway, backends, helpers, dead_
         assert buckets[-1] == (float("inf"), 5)
         assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))  # cumulative
         assert 0 < value(m, fam + "_sum", model="chat-demo", backend="openai-a") < 5 * 5
+    sq = value(m, "sluice_upstream_duration_seconds_squared_total", model="chat-demo",
+               backend="openai-a")
+    total = value(m, "sluice_upstream_duration_seconds_sum", model="chat-demo",
+                  backend="openai-a")
+    assert 0 < sq <= total * total   # sum of squares <= square of the sum
     # the total also covers requests refused before any backend
     assert value(m, "sluice_request_duration_seconds_count", model="", backend="") == 2
 
