@@ -173,8 +173,8 @@ function _M.body_filter()
 end
 
 function _M.log()
+    policy.release(ngx.ctx)   -- quota bookkeeping first: the next request may be waiting
     observe.log()
-    policy.release(ngx.ctx)
 end
 
 function _M.internal()
