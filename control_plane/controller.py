@@ -24,6 +24,7 @@ from sqlalchemy import select
 from control_plane import cp_metrics
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
+from control_plane.services import scaling
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
@@ -36,6 +37,7 @@ log = logging.getLogger("sluice.controller")
 BACKOFF_START = 0.5
 BACKOFF_CAP = 30.0
 MAX_PARALLEL_PUSHES = 16
+SCALING_EVERY = 15.0   # seconds between scaling recommendations
 
 
 @dataclass
@@ -72,6 +74,8 @@ class Controller:
         self._stopping = False
         self._reload_requested = False
         self._synced = False  # SLUICE_GATEWAYS upserted; retried each tick until done
+        self._next_scaling = 0.0
+        self._scaling_actions: dict[str, str] = {}
 
     # public
 
@@ -95,6 +99,29 @@ class Controller:
         snap = self._snapshot(version)
         results = self._push_all(due, snap)
         self._record(due, snap["version"], results)
+
+    def scaling_tick(self, force: bool = False) -> list[dict[str, Any]]:
+        """Every SCALING_EVERY s: recommendations into the metrics; the ones that
+        changed POSTed to SLUICE_SCALING_WEBHOOK (best effort, 2 s timeout)."""
+        now = self._clock()
+        if not force and now < self._next_scaling:
+            return []
+        self._next_scaling = now + SCALING_EVERY
+        with self._sessions() as session:
+            recs = scaling.recommend(session, self.settings.scaling_thresholds())
+        cp_metrics.SCALING.clear()
+        for r in recs:
+            cp_metrics.SCALING.labels(r["model"]).set(cp_metrics.SCALING_VALUES[r["action"]])
+        changed = [r for r in recs if self._scaling_actions.get(r["model"]) != r["action"]]
+        self._scaling_actions = {r["model"]: r["action"] for r in recs}
+        if changed and self.settings.scaling_webhook:
+            try:
+                self._http.post(self.settings.scaling_webhook, timeout=2,
+                                json={"source": "sluice", "recommendations": changed})
+            except requests.RequestException as exc:
+                log.warning("scaling webhook %s failed: %s", self.settings.scaling_webhook,
+                            exc)
+        return changed
 
     def reload(self) -> None:
         """Re-read settings and make the next tick push to every gateway."""
@@ -154,6 +181,7 @@ class Controller:
                 self._reload_requested = False
                 self._guarded(self.reload)
             self._guarded(self.tick)
+            self._guarded(self.scaling_tick)
             self._sleep(self.settings.controller_interval)
         if shipping is not None:
             shipping.join(timeout=30)   # let the batch in flight commit

@@ -41,6 +41,12 @@ MODEL_SLA = Gauge("sluice_model_sla_seconds",
                   "with 1.5 times it.", ["model"], registry=REGISTRY)
 
 
+SCALING = Gauge("sluice_scaling_recommendation",
+                "Per model: -1 scale down, 0 hold, 1 scale up (services/scaling.py).",
+                ["model"], registry=REGISTRY)
+SCALING_VALUES = {"down": -1, "hold": 0, "up": 1}
+
+
 def set_slas(slas: dict[str, float]) -> None:
     """Replace the SLA series with `slas` (model -> milliseconds)."""
     MODEL_SLA.clear()

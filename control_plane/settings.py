@@ -38,6 +38,22 @@ class Settings:
     controller_metrics_port: int | None = None
     controller_metrics_host: str = "127.0.0.1"
     model_slas: tuple[tuple[str, float], ...] = ()   # (model name, ms)
+    # scaling signals (services/scaling.py)
+    scale_window: float = 60.0
+    scale_down_rpm: float = 10.0
+    scale_down_gpu: float = 0.15
+    scale_up_rps: float = 50.0
+    scale_up_p99_ms: float = 2000.0
+    scaling_webhook: str | None = None
+
+    def scaling_thresholds(self) -> Any:
+        from control_plane.services.scaling import Thresholds
+
+        return Thresholds(window_seconds=self.scale_window,
+                          down_requests_per_minute=self.scale_down_rpm,
+                          down_gpu_utilization=self.scale_down_gpu,
+                          up_requests_per_second=self.scale_up_rps,
+                          up_p99_ms=self.scale_up_p99_ms)
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -133,6 +149,12 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_CONTROLLER_METRICS_HOST": ("controller_metrics_host",
                                        lambda v: v.strip() or "127.0.0.1"),
     "SLUICE_MODEL_SLA": ("model_slas", _slas),
+    "SLUICE_SCALE_WINDOW": ("scale_window", _positive_float),
+    "SLUICE_SCALE_DOWN_RPM": ("scale_down_rpm", _positive_float),
+    "SLUICE_SCALE_DOWN_GPU": ("scale_down_gpu", _positive_float),
+    "SLUICE_SCALE_UP_RPS": ("scale_up_rps", _positive_float),
+    "SLUICE_SCALE_UP_P99_MS": ("scale_up_p99_ms", _positive_float),
+    "SLUICE_SCALING_WEBHOOK": ("scaling_webhook", lambda v: _http_url(v) if v.strip() else None),
     "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
     "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
 }

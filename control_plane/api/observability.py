@@ -1,5 +1,5 @@
-"""Admin API for what happened: inference logs (search, per-model aggregates) and
-the audit trail (who changed what).
+"""Admin API for what happened: inference logs (search, per-model aggregates), the
+audit trail (who changed what) and scaling signals per model.
 
 Routes join the `api` blueprint of views.py; app.py imports this module before the
 blueprint is registered.
@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, Response, current_app, g, jsonify, request
 
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import bp, db
-from control_plane.services import audit, inference_logs
+from control_plane.services import audit, inference_logs, scaling
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -115,6 +115,14 @@ def audit_log() -> Response:
     if len(rows) == q.limit:
         body["next_before_id"] = rows[-1].id
     return jsonify(body)
+
+
+@bp.get("/scaling")
+def scaling_signals() -> Response:
+    query_args({})
+    t = current_app.config["SLUICE_SETTINGS"].scaling_thresholds()
+    return jsonify({"window_seconds": t.window_seconds,
+                    "models": scaling.recommend(db(), t)})
 
 
 def _set_actor() -> None:
