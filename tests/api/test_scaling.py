@@ -13,11 +13,12 @@ from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services.scaling import Thresholds, recommend
 from control_plane.shipper import Shipper, parse_sources
 
-NOW = datetime.now(timezone.utc)
 
 
 def line(rid, model, latency, age_s=5.0):
-    return json.dumps({"time": str((NOW - timedelta(seconds=age_s)).timestamp()),
+    # relative to the moment the fixture writes the log: the window is the last 60 s
+    now = datetime.now(timezone.utc)
+    return json.dumps({"time": str((now - timedelta(seconds=age_s)).timestamp()),
                        "request_id": rid, "model": model, "status": "200",
                        "latency_ms": str(latency)})
 
