@@ -22,6 +22,15 @@ local NO_PLAN = "none"
 
 local _M = {}
 
+metrics.register("sluice_policy_refused_total", "counter",
+                 "Requests refused with 451 by a content policy, by policy name.",
+                 { "model", "policy" })
+
+-- Access phase: a content policy refused the request (`policy`: its name).
+function _M.policy_refused(model_name, policy)
+    metrics.inc("sluice_policy_refused_total", 1, model_name, policy)
+end
+
 local function backend_name(b)
     return b.name or tostring(b.id)
 end

@@ -113,6 +113,7 @@ function _M.access()
 
     local violated = content.check(snap, model_name, ctx.request_doc)
     if violated then
+        observe.policy_refused(model_name, violated)
         return errors.exit(451, "policy_violation",
                            "the request was refused by content policy " .. violated)
     end

@@ -40,6 +40,12 @@ def test_global_and_per_model_terms(gateway_factory, helpers, backends):
                              json={"instances": items}, headers={"X-API-Key": helpers.KEY})
     assert predict(["forbidden word"]).status_code == 200
     helpers.assert_error(predict(["x", "project falcon"]), 451, "policy_violation")
+    # counted per model and policy on /metrics
+    m = requests.get(gw.internal_url + "/metrics", timeout=5,
+                     headers={"Authorization": f"Bearer {gw.cfg.token}"}).text
+    assert 'sluice_policy_refused_total{model="chat-demo",policy="no-secrets"} 1' in m
+    assert 'sluice_policy_refused_total{model="chat-demo",policy="chat-only"} 1' in m
+    assert 'sluice_policy_refused_total{model="predict-demo",policy="no-secrets"} 1' in m
 
 
 def test_invalid_content_policies_are_refused(gateway_factory, helpers, backends):
