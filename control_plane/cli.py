@@ -135,6 +135,42 @@ def _create_admin(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+def _agent(args: argparse.Namespace) -> int:
+    """Report GPU telemetry until SIGINT/SIGTERM; exit 3 when NVML is unusable."""
+    import signal
+    from pathlib import Path
+
+    from control_plane.agent.agent import Agent, ConfigError, load_config
+    from control_plane.agent.sources import NoDriver, NvmlSource, SimulatedSource, SourceError
+
+    token = os.environ.get("SLUICE_AGENT_TOKEN")
+    if not token:
+        print("sluice agent: SLUICE_AGENT_TOKEN is not set", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(Path(args.config) if args.config else None)
+        if args.source == "simulated":
+            if not args.simulated_gpus:
+                print("sluice agent: --source simulated needs --simulated-gpus FILE",
+                      file=sys.stderr)
+                return 2
+            source = SimulatedSource(Path(args.simulated_gpus))
+        else:
+            source = NvmlSource()
+    except NoDriver as exc:
+        print(f"sluice agent: no usable NVIDIA GPU on this host: {exc}. "
+              "(For a demo without GPUs use --source simulated.)", file=sys.stderr)
+        return 3
+    except (ConfigError, SourceError) as exc:
+        print(f"sluice agent: {exc}", file=sys.stderr)
+        return 2
+    agent = Agent(source, args.control_plane, token, config, interval=args.interval)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: agent.stopping.set())
+    agent.run()
+    return 0
+
+
 def _up(args: argparse.Namespace) -> int:
     from control_plane import up
 
@@ -175,6 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("shipper", help="ship gateway access logs (SLUICE_ACCESS_LOGS) "
                                        "to Postgres")
     p.set_defaults(func=_shipper)
+
+    p = sub.add_parser("agent", help="report GPU telemetry (NVML) to the control plane")
+    p.add_argument("--source", choices=["nvml", "simulated"], default="nvml",
+                   help="nvml: real GPUs through pynvml; simulated: GPUs from a file (demo)")
+    p.add_argument("--simulated-gpus", help="JSON file of simulated GPUs (--source simulated)")
+    p.add_argument("--control-plane", default=os.environ.get("SLUICE_CONTROL_PLANE",
+                                                             "http://127.0.0.1:8080"),
+                   help="admin API base URL (default $SLUICE_CONTROL_PLANE or :8080)")
+    p.add_argument("--config", help="JSON: host name and GPU index -> backend names")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between reports")
+    p.set_defaults(func=_agent)
 
     p = sub.add_parser("migrate", help="apply Alembic migrations to DATABASE_URL")
     p.add_argument("direction", choices=["upgrade", "downgrade"])

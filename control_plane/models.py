@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey,
-                        Index, Integer, MetaData, String, Text, func)
+                        Index, Integer, MetaData, String, Text, UniqueConstraint, func)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -44,6 +44,9 @@ class Model(Timestamps, Base):
     # consumers share cached answers (False: each consumer sees only its own).
     cache_ttl_s: Mapped[int] = mapped_column(Integer, default=300, server_default="300")
     cache_shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Coefficients of the weight formula for this model's pools, e.g.
+    # {"memory": 0.6, "success": 0.3, "latency": 0.1}; NULL: the controller's defaults.
+    weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
 
     backends: Mapped[list[Backend]] = relationship(
         back_populates="model", passive_deletes="all", order_by="Backend.id")
@@ -284,3 +287,42 @@ class AuditEntry(Base):
         CheckConstraint("action IN ('create', 'update', 'delete')", name="action_known"),
         Index("ix_audit_log_resource_resource_id", "resource", "resource_id"),
     )
+
+
+class Gpu(Base):
+    """One GPU as its host's agent last reported it (the latest values)."""
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str | None] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128))          # "NVIDIA A100-SXM4-80GB"
+    gpu_class: Mapped[str] = mapped_column(String(64))      # "A100"
+    # Names of the backends this GPU serves, as the agent's config maps them.
+    backends: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
+    source: Mapped[str] = mapped_column(String(16))         # "nvml" | "simulated"
+    memory_total_mb: Mapped[int] = mapped_column(BigInteger)
+    memory_used_mb: Mapped[int] = mapped_column(BigInteger)
+    utilization_pct: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (UniqueConstraint("host", "gpu_index", name="uq_gpus_host"),)
+
+
+class GpuSample(Base):
+    """Short history of each GPU's readings, for charts; trimmed on ingest."""
+    __tablename__ = "gpu_samples"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    memory_total_mb: Mapped[int] = mapped_column(BigInteger)
+    memory_used_mb: Mapped[int] = mapped_column(BigInteger)
+    utilization_pct: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_gpu_samples_gpu_id", "gpu_id", "at"),)

@@ -46,6 +46,12 @@ class Settings:
     scale_up_p99_ms: float = 2000.0
     scaling_webhook: str | None = None
 
+    # Scheduling (issue 5): agents' token, telemetry staleness, the weight loop.
+    agent_token: str | None = None
+    telemetry_stale_after: float = 15.0
+    weights_interval: float = 1.0
+    weight_coefficients: tuple[float, float, float] = (0.6, 0.3, 0.1)
+
     def scaling_thresholds(self) -> Any:
         from control_plane.services.scaling import Thresholds
 
@@ -78,6 +84,16 @@ def _positive_float(value: str) -> float:
     if not number > 0 or number != number or number == float("inf"):
         raise ValueError("must be a positive number of seconds")
     return number
+
+
+def _coefficients(value: str) -> tuple[float, float, float]:
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) != 3:
+        raise ValueError("must be three numbers: memory,success,latency (e.g. 0.6,0.3,0.1)")
+    nums = tuple(float(p) for p in parts)
+    if any(not 0 <= n <= 1 for n in nums) or sum(nums) <= 0:
+        raise ValueError("each coefficient must be in [0, 1] and their sum positive")
+    return nums  # type: ignore[return-value]
 
 
 def _http_url(value: str) -> str:
@@ -157,6 +173,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_SCALING_WEBHOOK": ("scaling_webhook", lambda v: _http_url(v) if v.strip() else None),
     "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
     "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
+    "SLUICE_AGENT_TOKEN": ("agent_token", _str),
+    "SLUICE_TELEMETRY_STALE_AFTER": ("telemetry_stale_after", _positive_float),
+    "SLUICE_WEIGHTS_INTERVAL": ("weights_interval", _positive_float),
+    "SLUICE_WEIGHT_COEFFICIENTS": ("weight_coefficients", _coefficients),
 }
 
 

@@ -41,13 +41,15 @@ class ModelSchema(Schema):
         "cache_ttl_s": Field(v.integer(0, MAX_CACHE_TTL_S)),
         "cache_shared": Field(v.boolean),
         "enabled": Field(v.boolean),
+        "weight_coefficients": Field(v.coefficients, nullable=True),
     }
-    update = {k: Field(f.parse) for k, f in create.items()}
+    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
     def render(self, m: Model) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
-                "enabled": m.enabled, "created_at": iso(m.created_at),
+                "enabled": m.enabled, "weight_coefficients": m.weight_coefficients,
+                "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 
 

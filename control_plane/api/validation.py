@@ -274,3 +274,21 @@ def term_list(value: Any) -> list[str]:
         raise ValueError("must be a list of 1 to 1000 non-empty strings of at most "
                          "200 characters")
     return list(dict.fromkeys(t.strip().lower() for t in value))
+
+
+COEFFICIENT_NAMES = ("memory", "success", "latency")
+
+
+def coefficients(value: Any) -> dict[str, float]:
+    """Weight-formula coefficients: {"memory": 0.6, "success": 0.3, "latency": 0.1}."""
+    if not isinstance(value, dict) or set(value) != set(COEFFICIENT_NAMES):
+        raise ValueError("must be an object with exactly the keys memory, success, latency")
+    out = {}
+    for key in COEFFICIENT_NAMES:
+        v = value[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f"{key} must be a number in [0, 1]")
+        out[key] = float(v)
+    if sum(out.values()) <= 0:
+        raise ValueError("the coefficients must not all be 0")
+    return out

@@ -9,6 +9,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from sqlalchemy.orm import Session
 
+from control_plane.api import telemetry as telemetry_api
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
                                        GatewaySchema, JwtIssuerSchema, KeySchema, MappingSchema,
@@ -37,7 +38,8 @@ def close_db(_exc: BaseException | None = None) -> None:
 
 
 def require_admin_token() -> None:
-    """Bearer auth for everything under /api/, unknown routes included."""
+    """Bearer auth for everything under /api/, unknown routes included. Agents'
+    telemetry reports may use the agent token (SLUICE_AGENT_TOKEN) instead."""
     if not request.path.startswith("/api/"):
         return
     header = request.headers.get("Authorization", "")
@@ -45,9 +47,14 @@ def require_admin_token() -> None:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing admin token: send Authorization: Bearer <token>",
                        headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'})
-    expected = current_app.config["ADMIN_TOKEN"].encode("utf-8")
-    if not hmac.compare_digest(token.strip().encode("utf-8"), expected):
-        raise ApiError(403, "invalid admin token")
+    given = token.strip().encode("utf-8")
+    if hmac.compare_digest(given, current_app.config["ADMIN_TOKEN"].encode("utf-8")):
+        return
+    agent_token = current_app.config["SLUICE_SETTINGS"].agent_token
+    if (agent_token and request.method == "POST" and request.path == API_PREFIX + "/telemetry"
+            and hmac.compare_digest(given, agent_token.encode("utf-8"))):
+        return
+    raise ApiError(403, "invalid admin token")
 
 
 def json_body() -> Any:
@@ -143,6 +150,9 @@ def config() -> Response:
 @bp.get("/snapshot")
 def get_snapshot() -> Response:
     return jsonify(snapshot.redacted(snapshot.build(db())))
+
+
+telemetry_api.register(bp, db, json_body)
 
 
 def init_app(app: Flask) -> None:

@@ -11,7 +11,8 @@ from control_plane.models import Base
 
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
           "plans", "jwt_issuers", "content_policies", "admin_users",
-          "inference_logs", "log_checkpoints", "audit_log", "mappings"}
+          "inference_logs", "log_checkpoints", "audit_log", "mappings", "gpus",
+          "gpu_samples"}
 
 
 def _inspect(url):

@@ -1,0 +1,160 @@
+"""Telemetry endpoints: agents POST reports; operators read latest values and history.
+
+    POST /api/v1/telemetry                      agent token (or admin token)
+    GET  /api/v1/telemetry                      latest per GPU, with staleness
+    GET  /api/v1/telemetry/gpus/<id>/history    samples of the last ?seconds= (max 600)
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from control_plane.api.errors import ApiError
+from control_plane.api.validation import ValidationError
+from control_plane.models import NAME_PATTERN, Gpu
+from control_plane.services import telemetry
+from control_plane.services.telemetry import GpuReading, gpu_class
+
+MAX_GPUS_PER_REPORT = 64
+SOURCES = ("nvml", "simulated")
+
+_NAME_RE = re.compile(NAME_PATTERN)
+_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$")
+
+
+def _int(v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"must be an integer in {lo}..{hi}")
+    return v
+
+
+def _num(v: Any, lo: float, hi: float) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) \
+            or not lo <= v <= hi:
+        raise ValueError(f"must be null or a number in {lo}..{hi}")
+    return float(v)
+
+
+def _text(v: Any, max_len: int) -> str:
+    if not isinstance(v, str) or not v.strip() or len(v) > max_len:
+        raise ValueError(f"must be a non-empty string of at most {max_len} characters")
+    return v.strip()
+
+
+def parse_report(data: Any) -> tuple[str, str, list[GpuReading]]:
+    """Validate a report; raises ValidationError naming every bad field."""
+    if not isinstance(data, dict):
+        raise ValidationError({}, "request body must be a JSON object")
+    errors: dict[str, str] = {}
+    host = data.get("host")
+    if not isinstance(host, str) or not _HOST_RE.match(host):
+        errors["host"] = "must be a host name of [A-Za-z0-9._:-], at most 255 characters"
+    source = data.get("source")
+    if source not in SOURCES:
+        errors["source"] = "must be one of " + ", ".join(SOURCES)
+    gpus = data.get("gpus")
+    readings: list[GpuReading] = []
+    if not isinstance(gpus, list) or not 1 <= len(gpus) <= MAX_GPUS_PER_REPORT:
+        errors["gpus"] = f"must be a list of 1..{MAX_GPUS_PER_REPORT} GPUs"
+        gpus = []
+    seen: set[int] = set()
+    for i, g in enumerate(gpus):
+        where = f"gpus[{i}]"
+        if not isinstance(g, dict):
+            errors[where] = "must be an object"
+            continue
+        try:
+            fields = _reading(g, where)
+        except ValidationError as exc:
+            errors.update(exc.fields)
+            continue
+        if fields.index in seen:
+            errors[f"{where}.index"] = "is reported twice"
+        seen.add(fields.index)
+        readings.append(fields)
+    unknown = set(data) - {"host", "source", "gpus"}
+    for key in unknown:
+        errors[key] = "is not a known field"
+    if errors:
+        raise ValidationError(errors, "invalid telemetry report: " + ", ".join(sorted(errors)))
+    return host, source, readings
+
+
+def _reading(g: dict, where: str) -> GpuReading:
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    checks = {
+        "index": lambda v: _int(v, 0, 1023),
+        "name": lambda v: _text(v, 128),
+        "memory_total_mb": lambda v: _int(v, 1, 1 << 40),
+        "memory_used_mb": lambda v: _int(v, 0, 1 << 40),
+    }
+    optional = {
+        "uuid": lambda v: None if v is None else _text(v, 128),
+        "gpu_class": lambda v: None if v is None else _text(v, 64),
+        "utilization_pct": lambda v: _num(v, 0, 100),
+        "temperature_c": lambda v: _num(v, -50, 200),
+        "power_w": lambda v: _num(v, 0, 10_000),
+        "backends": _backend_names,
+    }
+    for key, check in {**checks, **optional}.items():
+        if key not in g:
+            if key in checks:
+                errors[f"{where}.{key}"] = "is required"
+            continue
+        try:
+            out[key] = check(g[key])
+        except ValueError as exc:
+            errors[f"{where}.{key}"] = str(exc)
+    for key in set(g) - set(checks) - set(optional):
+        errors[f"{where}.{key}"] = "is not a known field"
+    if not errors and out["memory_used_mb"] > out["memory_total_mb"]:
+        errors[f"{where}.memory_used_mb"] = "must not exceed memory_total_mb"
+    if errors:
+        raise ValidationError(errors)
+    out["gpu_class"] = out.get("gpu_class") or gpu_class(out["name"])
+    out["backends"] = tuple(out.get("backends") or ())
+    return GpuReading(**out)
+
+
+def _backend_names(v: Any) -> list[str]:
+    if not isinstance(v, list) or len(v) > 64 or not all(
+            isinstance(n, str) and _NAME_RE.match(n) for n in v):
+        raise ValueError("must be a list of backend names")
+    return list(dict.fromkeys(v))
+
+
+
+def register(bp: Blueprint, db, json_body) -> None:
+    """Add the telemetry routes to the API blueprint."""
+
+    @bp.post("/telemetry")
+    def ingest_telemetry() -> tuple[Response, int]:
+        host, source, readings = parse_report(json_body())
+        return jsonify(telemetry.ingest(db(), host, source, readings)), 200
+
+    @bp.get("/telemetry")
+    def latest_telemetry() -> Response:
+        stale_after = current_app.config["SLUICE_SETTINGS"].telemetry_stale_after
+        return jsonify({"stale_after_s": stale_after,
+                        "gpus": telemetry.latest(db(), stale_after)})
+
+    @bp.get("/telemetry/gpus/<int:gpu_id>/history")
+    def gpu_history(gpu_id: int) -> Response:
+        raw = request.args.get("seconds", "300")
+        try:
+            seconds = float(raw)
+            if not 0 < seconds <= telemetry.HISTORY_SECONDS:
+                raise ValueError
+        except ValueError:
+            raise ValidationError({"seconds": f"must be a number in (0, "
+                                              f"{telemetry.HISTORY_SECONDS}]"},
+                                  "invalid query parameters") from None
+        if db().get(Gpu, gpu_id) is None:
+            raise ApiError(404, f"no gpu with id {gpu_id}")
+        return jsonify({"gpu_id": gpu_id, "samples": telemetry.history(db(), gpu_id, seconds)})
