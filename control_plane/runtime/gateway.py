@@ -249,6 +249,24 @@ class Gateway:
         r.raise_for_status()
         return r.json()
 
+    def push_weights(self, table: dict) -> requests.Response:
+        """POST a weight table ({"version": N, "weights": {"<id>": 0..1000}})."""
+        return requests.post(self.internal_url + "/internal/weights", json=table,
+                             headers=self._headers(), timeout=10)
+
+    def weights_status(self) -> dict:
+        r = requests.get(self.internal_url + "/internal/weights", headers=self._headers(),
+                         timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def stats(self) -> dict:
+        """GET /internal/stats: {"backends": {"<id>": {...}}, "weights_version": N}."""
+        r = requests.get(self.internal_url + "/internal/stats", headers=self._headers(),
+                         timeout=5)
+        r.raise_for_status()
+        return r.json()
+
     def served_version(self) -> int:
         """The snapshot version this gateway serves; 0 when it has none."""
         return int(self.snapshot_status()["version"])

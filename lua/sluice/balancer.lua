@@ -1,10 +1,21 @@
--- Static-weight choice among a model's backends (weight > 0), smooth weighted
--- round-robin as in nginx's upstream module: per worker, deterministic, no
--- per-request allocation. One retry on a different backend after a connect error.
+-- Weighted choice among a pool's backends: smooth weighted round-robin (as nginx's
+-- upstream module) over effective weights = controller weight (decaying to the
+-- static one, weights.lua) x health (0 while the backend's circuit is open,
+-- breaker.lua). Per worker, deterministic; the effective weights are rebuilt only
+-- when the weight table or a circuit changes (or a cooldown/decay step is due).
+--
+-- Retries: up to MAX_RETRIES other backends, after a connect failure or a 5xx
+-- answer, only while nothing was sent to the caller (nginx's proxy_next_upstream
+-- guarantees it; see nginx.conf.tmpl).
 local ngx_balancer = require("ngx.balancer")
+local weights = require("sluice.weights")
+local breaker = require("sluice.breaker")
+local stats = require("sluice.stats")
 
 local ngx = ngx
+local ngx_var = ngx.var
 local ngx_log = ngx.log
+local ngx_now = ngx.now
 local ERR = ngx.ERR
 local ngx_exit = ngx.exit
 local set_current_peer = ngx_balancer.set_current_peer
@@ -12,21 +23,62 @@ local set_more_tries = ngx_balancer.set_more_tries
 local set_timeouts = ngx_balancer.set_timeouts
 local get_last_failure = ngx_balancer.get_last_failure
 local min = math.min
+local ceil = math.ceil
+local huge = math.huge
+local tonumber = tonumber
+local str_find = string.find
+local str_sub = string.sub
+local gmatch = string.gmatch
 
 local CONNECT_TIMEOUT = 5   -- seconds; the model's timeout_ms still caps it
+local MAX_RETRIES = 2       -- other backends tried after the first
 
-local _M = {}
+local _M = { MAX_RETRIES = MAX_RETRIES }
 
--- Index of the next backend in `pool`, skipping `exclude` (an index) and those whose
--- base_path differs from `base_path` (when given): a retry reuses the request nginx
--- already built, so its URI must fit the backend. Returns nil when none is eligible.
-local function pick(pool, exclude, base_path)
-    local backends, weights, current = pool.backends, pool.weights, pool.current
+-- Rebuild pool.eff (effective weights) when something they depend on moved.
+local function refresh(pool, now)
+    local wgen, bgen = weights.gen(), breaker.gen()
+    if wgen == pool.w_gen and bgen == pool.b_gen and now < pool.next_refresh then
+        return
+    end
+    local tbl = weights.current()
+    local f = weights.decay_factor()
+    local next_refresh = f < 1 and now + 1 or huge   -- decaying: step once a second
+    local backends, static, eff, open = pool.backends, pool.weights, pool.eff, pool.open
+    local usable = 0
+    for i = 1, pool.n do
+        local id = backends[i].id_s
+        local w = weights.effective(id, static[i], f, tbl)
+        local until_ = breaker.open_until(id)
+        open[i] = until_ or false
+        if until_ and now < until_ then
+            w = 0
+            if until_ < next_refresh then next_refresh = until_ end
+        end
+        eff[i] = w
+        if w > 0 then usable = usable + 1 end
+    end
+    pool.usable = usable
+    pool.w_gen, pool.b_gen, pool.next_refresh = wgen, bgen, next_refresh
+end
+
+-- Can a retry go from backend `a` to backend `b`? It reuses the request nginx
+-- already built: the URI (base_path) and the credentials header must fit.
+local function interchangeable(a, b)
+    return a.base_path == b.base_path and a.auth_header == b.auth_header
+end
+
+-- Index of the next backend, skipping indexes in `skip` (a set, or nil) and, when
+-- `like` (a backend) is given, backends not interchangeable with it. Returns nil
+-- when none is eligible.
+local function pick(pool, skip, like)
+    local backends, eff, current = pool.backends, pool.eff, pool.current
     local best, best_cw
     local total = 0
     for i = 1, pool.n do
-        if i ~= exclude and (base_path == nil or backends[i].base_path == base_path) then
-            local w = weights[i]
+        local w = eff[i]
+        if w > 0 and (skip == nil or not skip[i])
+           and (like == nil or interchangeable(like, backends[i])) then
             local cw = current[i] + w
             current[i] = cw
             total = total + w
@@ -41,23 +93,34 @@ local function pick(pool, exclude, base_path)
     return best
 end
 
-local function has_alternative(pool, idx)
-    local base_path = pool.backends[idx].base_path
-    for i = 1, pool.n do
-        if i ~= idx and pool.backends[i].base_path == base_path then
-            return true
+-- pick(), but a backend whose circuit is half-open is taken only with a probe slot.
+local function pick_healthy(pool, skip, like, cfg)
+    while true do
+        local i = pick(pool, skip, like)
+        if not i or not pool.open[i] or breaker.take_probe(pool.backends[i].id_s, cfg) then
+            return i
         end
+        skip = skip or {}
+        skip[i] = true
     end
-    return false
 end
 
--- Access phase: choose the first backend. Returns it, or nil when the pool is empty.
-function _M.choose(ctx, pool)
-    local idx = pick(pool)
+-- Access phase: choose the first backend. Returns it; or nil and the seconds until
+-- a circuit may let traffic through (nil when the pool is simply drained).
+function _M.choose(ctx, pool, cfg)
+    local now = ngx_now()
+    refresh(pool, now)
+    local idx = pick_healthy(pool, nil, nil, cfg)
     if not idx then
-        return nil
+        local soonest
+        for i = 1, pool.n do
+            local until_ = pool.open[i]
+            if until_ and (not soonest or until_ < soonest) then soonest = until_ end
+        end
+        return nil, soonest and ceil(soonest - now) or nil
     end
     ctx.pool = pool
+    ctx.breaker_cfg = cfg
     ctx.backend_index = idx
     return pool.backends[idx]
 end
@@ -70,19 +133,31 @@ function _M.balance(ctx, model)
         return ngx_exit(500)
     end
     local idx = ctx.backend_index
-    if ctx.tries then
-        -- a retry: the previous backend failed to connect
+    local tried = ctx.tried
+    if tried then
+        -- a retry: the previous backend failed to connect or answered 5xx
         local state, code = get_last_failure()
-        local backend = pool.backends[idx]
-        ngx_log(ERR, "backend ", backend.name or backend.id, " (", backend.host, ":",
-                backend.port, ") failed: ", state, " ", code, "; retrying another")
-        idx = pick(pool, idx, backend.base_path) or idx
+        local prev = pool.backends[idx]
+        ngx_log(ERR, "backend ", prev.name or prev.id, " (", prev.host, ":", prev.port,
+                ") failed: ", state, " ", code, "; retrying another")
+        local skip = {}
+        for i = 1, #tried do skip[tried[i]] = true end
+        idx = pick_healthy(pool, skip, prev, ctx.breaker_cfg) or idx
         ctx.backend_index = idx
-        ctx.tries = ctx.tries + 1
+        tried[#tried + 1] = idx
+        ctx.tries = #tried
     else
+        ctx.tried = { idx }
         ctx.tries = 1
-        if has_alternative(pool, idx) then
-            local ok, err = set_more_tries(1)
+        local first = pool.backends[idx]
+        local others = 0
+        for i = 1, pool.n do
+            if i ~= idx and pool.eff[i] > 0 and interchangeable(first, pool.backends[i]) then
+                others = others + 1
+            end
+        end
+        if others > 0 then
+            local ok, err = set_more_tries(min(MAX_RETRIES, others))
             if not ok then
                 ngx_log(ERR, "failed to set more tries: ", err)
             end
@@ -90,6 +165,9 @@ function _M.balance(ctx, model)
     end
 
     local b = pool.backends[idx]
+    -- for the log phase: ngx.ctx does not survive error_page's internal redirect
+    local prior = ngx_var.sluice_tried
+    ngx_var.sluice_tried = (prior and prior ~= "") and (prior .. "," .. b.id_s) or b.id_s
     local ok, err = set_current_peer(b.host, b.port)
     if not ok then
         ngx_log(ERR, "failed to set peer ", b.host, ":", b.port, ": ", err)
@@ -99,6 +177,38 @@ function _M.balance(ctx, model)
     ok, err = set_timeouts(min(t, CONNECT_TIMEOUT), t, t)
     if not ok then
         ngx_log(ERR, "failed to set timeouts: ", err)
+    end
+end
+
+-- The n-th comma-separated item of an nginx upstream variable ("502, 200").
+local function item(s, n)
+    local pos = 1
+    for _ = 2, n do
+        local comma = str_find(s, ",", pos, true)
+        if not comma then return nil end
+        pos = comma + 2
+    end
+    local comma = str_find(s, ",", pos, true)
+    return str_sub(s, pos, comma and comma - 1 or -1)
+end
+
+-- Log phase: each attempt's outcome into the stats and the breaker (dict calls
+-- only). `tried` is $sluice_tried ("3,7": backend ids in attempt order),
+-- `statuses` / `times` are $upstream_status / $upstream_response_time.
+function _M.log(tried, statuses, times, cfg)
+    if not tried or tried == "" or not statuses then
+        return
+    end
+    local n = 0
+    for id in gmatch(tried, "[^,]+") do
+        n = n + 1
+        local status = tonumber(item(statuses, n) or "")
+        if status then
+            local ok = status < 500
+            local secs = times and tonumber(item(times, n) or "")
+            stats.record(id, ok, secs and secs * 1000)
+            breaker.record(id, ok, cfg)
+        end
     end
 end
 

@@ -8,6 +8,7 @@ local plans = require("sluice.plans")
 local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
+local breaker = require("sluice.breaker")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -93,6 +94,8 @@ function _M.validate(s)
     for _, section in ipairs({ "models", "consumers", "keys" }) do
         if not is_object(s[section]) then return nil, section .. ": must be an object" end
     end
+    local bok, berr = breaker.validate(s.breaker)
+    if not bok then return nil, berr end
     local merr = mappings.validate(s.mappings)
     if merr then return nil, merr end
     local maps = s.mappings or {}
@@ -165,8 +168,12 @@ local function compile(s)
             local key = b.protocol == "vendor" and "vendor:" .. b.mapping or b.protocol
             local pool = pools[key]
             if not pool then
-                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0, drained = 0,
-                         protocol = b.protocol, mapping = maps[b.mapping] }
+                -- eff/open/usable and the *_gen/next_refresh stamps: balancer.lua's
+                -- per-worker view of controller weights and circuits
+                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0,
+                         drained = 0, protocol = b.protocol, mapping = maps[b.mapping],
+                         eff = {}, open = {}, usable = 0,
+                         w_gen = -1, b_gen = -1, next_refresh = 0 }
                 pools[key] = pool
                 order[#order + 1] = key
             end
@@ -175,6 +182,7 @@ local function compile(s)
                 pool.n = n
                 pool.backends[n] = {
                     id = b.id,
+                    id_s = tostring(b.id),   -- weight table and dict keys
                     name = b.name,
                     host = b.host,
                     port = b.port,
@@ -184,6 +192,8 @@ local function compile(s)
                 }
                 pool.weights[n] = b.weight
                 pool.current[n] = 0
+                pool.eff[n] = b.weight
+                pool.open[n] = false
                 pool.total = pool.total + b.weight
             else
                 pool.drained = pool.drained + 1
@@ -229,7 +239,8 @@ local function compile(s)
 
     return { version = s.version, models = models, consumers = consumers, keys = keys,
              consumers_by_name = by_name, plans = plans.compile(s.plans),
-             jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies) }
+             jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
+             breaker = breaker.settings(s.breaker) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

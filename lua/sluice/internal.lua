@@ -2,10 +2,16 @@
 --   POST /internal/snapshot   take a snapshot push
 --   GET  /internal/snapshot   the version served, when and from where
 --   GET  /metrics             Prometheus text format (sluice.metrics)
+--   POST /internal/weights    take a weight table push
+--   GET  /internal/weights    the weight table in use, its version, age and state
+--   GET  /internal/stats      per-backend successes, failures, last latencies, circuit
 -- Every call needs `Authorization: Bearer <gateway token>`.
 local config = require("sluice.config")
 local errors = require("sluice.errors")
 local metrics = require("sluice.metrics")
+local weights = require("sluice.weights")
+local stats = require("sluice.stats")
+local breaker = require("sluice.breaker")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -13,6 +19,7 @@ local ngx_req = ngx.req
 local re_match = ngx.re.match
 local io_open = io.open
 local type = type
+local pairs = pairs
 local str_byte = string.byte
 local bit_bor = require("bit").bor
 local bit_bxor = require("bit").bxor
@@ -100,12 +107,49 @@ local function serve_metrics()
     return ngx.exit(200)
 end
 
+local function push_weights()
+    local raw = body()
+    if not raw or raw == "" then
+        return errors.exit(400, "invalid_request", "a weights body is required")
+    end
+    local version, status, msg = weights.push(raw)
+    if not version then
+        return errors.exit(status, nil, msg)
+    end
+    return errors.json(200, { version = version })
+end
+
+local function get_stats()
+    local snap = config.get()
+    local out = stats.all(snap)
+    local now = ngx.now()
+    for id, s in pairs(out) do
+        s.circuit = breaker.state(id, now)
+    end
+    return errors.json(200, { backends = out, weights_version = weights.status().version })
+end
+
 function _M.handle()
     check_token()
     local uri, method = ngx_var.uri, ngx_req.get_method()
     if uri == "/metrics" then
         if method == "GET" then
             return serve_metrics()
+        end
+        ngx.header["Allow"] = "GET"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET")
+    end
+    if uri == "/internal/weights" then
+        if method == "POST" then
+            return push_weights()
+        elseif method == "GET" then
+            return errors.json(200, weights.status())
+        end
+        ngx.header["Allow"] = "GET, POST"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
+    elseif uri == "/internal/stats" then
+        if method == "GET" then
+            return get_stats()
         end
         ngx.header["Allow"] = "GET"
         return errors.exit(405, "method_not_allowed", uri .. " accepts GET")

@@ -14,6 +14,7 @@ local internal = require("sluice.internal")
 local observe = require("sluice.observe")
 local policy = require("sluice.policy")
 local content = require("sluice.content")
+local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -120,8 +121,13 @@ function _M.access()
 
     cache.lookup(ctx, endpoint, doc, model, consumer)   -- a hit ends the request here
 
-    local backend = balancer.choose(ctx, pool)
+    local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
     if not backend then
+        if retry_after then
+            return errors.exit(503, "backend_unavailable", "every backend of model "
+                               .. model_name .. " has an open circuit",
+                               { retry_after = retry_after > 0 and retry_after or 1 })
+        end
         return errors.exit(503, "backend_unavailable",
                            "no backend of model " .. model_name .. " is available")
     end
@@ -139,7 +145,7 @@ function _M.access()
         path = path .. "?" .. args
     end
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
-    -- same base_path, so the URI still fits.
+    -- same base_path and credentials, so the URI and Authorization still fit.
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. path
@@ -176,6 +182,12 @@ end
 function _M.log()
     policy.release(ngx.ctx)   -- quota bookkeeping first: the next request may be waiting
     observe.log()
+    local tried = ngx_var.sluice_tried
+    if tried and tried ~= "" then
+        local snap = config.get()
+        balancer.log(tried, ngx_var.upstream_status, ngx_var.upstream_response_time,
+                     snap and snap.breaker or breaker_defaults)
+    end
 end
 
 function _M.internal()

@@ -1,0 +1,143 @@
+-- The controller's weight table: {backend_id: 0..1000} with its own version, pushed
+-- every tick to POST /internal/weights and kept raw in the sluice_weights dict.
+--
+--   push -> validate -> dict {raw, version, received_at, gen}
+--   balancer -> effective(id, static) -> pushed weight, decaying to the static one
+--
+-- Weights that stop arriving are held for HOLD seconds, then blend linearly into
+-- each backend's static (snapshot) weight over DECAY seconds (a push may set both,
+-- "hold_s" and "decay_s"): a gateway whose
+-- controller died ends up on the operator's static weights, never on nothing.
+local cjson = require("cjson.safe")
+
+local ngx = ngx
+local ngx_now = ngx.now
+local type = type
+local pairs = pairs
+local ipairs = ipairs
+local tostring = tostring
+local floor = math.floor
+
+local dict = ngx.shared.sluice_weights
+
+local HOLD = 5      -- seconds a pushed table is used as is
+local DECAY = 30    -- seconds over which it then blends into the static weights
+local MAX_WEIGHT = 1000
+
+local _M = { HOLD = HOLD, DECAY = DECAY }
+
+-- worker-local decoded table and the dict generation it came from
+local cached = {}
+local cached_gen = -1
+
+local function validate(t)
+    if type(t) ~= "table" then return nil, "weights push must be a JSON object" end
+    local v = t.version
+    if type(v) ~= "number" or floor(v) ~= v or v < 1 or v > 2 ^ 53 then
+        return nil, "version: must be an integer >= 1"
+    end
+    if type(t.weights) ~= "table" then return nil, "weights: must be an object" end
+    for _, k in ipairs({ "hold_s", "decay_s" }) do
+        if t[k] ~= nil and (type(t[k]) ~= "number" or t[k] <= 0 or t[k] > 86400) then
+            return nil, k .. ": must be a number of seconds in (0, 86400]"
+        end
+    end
+    for id, w in pairs(t.weights) do
+        if type(id) ~= "string" then return nil, "weights: must be an object" end
+        if type(w) ~= "number" or floor(w) ~= w or w < 0 or w > MAX_WEIGHT then
+            return nil, "weights." .. id .. ": must be an integer in 0..1000"
+        end
+    end
+    return true
+end
+
+-- Take a push. Returns version, or nil, http status, message.
+function _M.push(raw)
+    local t, err = cjson.decode(raw)
+    if not t then
+        return nil, 400, "weights are not valid JSON: " .. tostring(err)
+    end
+    local ok, verr = validate(t)
+    if not ok then
+        return nil, 400, "invalid weights: " .. verr
+    end
+    local served = dict:get("version")
+    if served and t.version < served then
+        return nil, 409, "weights version " .. t.version .. " is older than the served "
+                         .. "version " .. served
+    end
+    -- concurrent pushes: last writer wins, and both carry whole tables
+    local stored, serr = dict:safe_set("raw", raw)
+    if not stored then
+        return nil, 500, "failed to store weights: " .. tostring(serr)
+    end
+    dict:set("version", t.version)
+    dict:set("hold", t.hold_s or HOLD)
+    dict:set("decay", t.decay_s or DECAY)
+    dict:set("received_at", ngx_now())
+    dict:incr("gen", 1, 0)
+    return t.version
+end
+
+local function current()
+    local gen = dict:get("gen") or 0
+    if gen ~= cached_gen then
+        local t = cjson.decode(dict:get("raw") or "")
+        cached = (t and t.weights) or {}
+        cached_gen = gen
+    end
+    return cached, gen
+end
+
+-- The weight table generation (changes on every push), for callers' caches.
+function _M.gen()
+    return dict:get("gen") or 0
+end
+
+-- Seconds since the last push (nil: never pushed).
+function _M.age()
+    local at = dict:get("received_at")
+    return at and (ngx_now() - at) or nil
+end
+
+-- Blend factor of the static weights now: 0 fresh, 1 fully decayed (or none).
+function _M.decay_factor()
+    local age = _M.age()
+    if not age then return 1 end
+    local hold, decay = dict:get("hold") or HOLD, dict:get("decay") or DECAY
+    if age <= hold then return 0 end
+    if age >= hold + decay then return 1 end
+    return (age - hold) / decay
+end
+
+-- The weight to use for backend `id` (a string) whose static weight is `static`,
+-- given the blend factor `f` from decay_factor().
+function _M.effective(id, static, f, table_)
+    local pushed = table_[id]
+    if pushed == nil or f >= 1 then
+        return static
+    end
+    if f <= 0 then
+        return pushed
+    end
+    return pushed + (static - pushed) * f
+end
+
+-- The decoded table this worker uses (and its generation).
+_M.current = current
+
+-- What GET /internal/weights answers.
+function _M.status()
+    local t = current()
+    local age = _M.age()
+    local f = _M.decay_factor()
+    return {
+        version = dict:get("version") or 0,
+        age_s = age or cjson.null,
+        state = (not age and "static") or (f <= 0 and "fresh")
+                or (f < 1 and "decaying") or "static",
+        weights = t,
+    }
+end
+
+return _M
