@@ -76,6 +76,20 @@ def _entry(server, id, **over):
             "base_path": "", "weight": 100, **over}
 
 
+def wait_for(check, timeout=3.0):
+    """The log phase runs after the caller got its answer: poll for what it records."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+def _circuit(gateway, id):
+    return gateway.stats()["backends"][str(id)]["circuit"]
+
+
 def _serve(gateway, helpers, pool, **extra):
     snap = helpers.make_snapshot(1, {"chat-demo": (3000, pool)})
     snap.update(extra)
@@ -91,7 +105,7 @@ def test_5xx_is_retried_on_another_backend(gateway, helpers, backends, flaky):
         assert r.status_code == 200, r.text
         assert r.headers["X-Demo-Backend"] == "openai-a"
     assert flaky.hits >= 4    # half the first picks went there, and were retried
-    st = gateway.stats()["backends"]
+    st = wait_for(lambda: (s := gateway.stats()["backends"])["2"]["successes"] == 10 and s)
     assert st["1"]["failures"] == flaky.hits and st["2"]["successes"] == 10
 
 
@@ -123,7 +137,7 @@ def test_breaker_opens_probes_and_closes(gateway, helpers, backends, flaky):
            breaker=FAST_BREAKER)
     for _ in range(12):
         assert helpers.chat(gateway).status_code == 200     # retries hide the failures
-    assert gateway.stats()["backends"]["1"]["circuit"] in ("open", "half_open")
+    assert wait_for(lambda: _circuit(gateway, 1) == "open")
     hits = flaky.hits
     assert 4 <= hits <= 8
     # open: no traffic reaches it (the cooldown is 1 s, so stay well inside it)
@@ -135,13 +149,14 @@ def test_breaker_opens_probes_and_closes(gateway, helpers, backends, flaky):
     time.sleep(1.2)           # cooldown over: half-open, one probe at a time
     seen = Counter(helpers.chat(gateway).headers["X-Demo-Backend"] for _ in range(10))
     assert seen["flaky"] >= 1, seen
-    assert gateway.stats()["backends"]["1"]["circuit"] == "closed"
+    assert wait_for(lambda: _circuit(gateway, 1) == "closed")
 
 
 def test_every_circuit_open_is_503_with_retry_after(gateway, helpers, flaky):
     _serve(gateway, helpers, [_entry(flaky, 1)], breaker={**FAST_BREAKER, "cooldown_s": 30})
     for _ in range(4):
         helpers.assert_error(helpers.chat(gateway), 502, "backend_error")
+    assert wait_for(lambda: _circuit(gateway, 1) == "open")
     r = helpers.chat(gateway)
     err = helpers.assert_error(r, 503, "backend_unavailable")
     assert "open circuit" in err["message"]
@@ -196,12 +211,12 @@ def test_backend_killed_under_load(gateway, helpers, backends, prefix):
         assert len(errors) <= 4, errors
         after = [r for r in results if r[0] > killed_at + 0.5]
         assert after and all(r[2] == "openai-b" for r in after), after
-        assert gateway.stats()["backends"]["1"]["circuit"] in ("open", "half_open")
+        assert _circuit(gateway, 1) in ("open", "half_open")
 
         victim = _start_demo("victim", port, prefix)   # back up on the same port
         time.sleep(1.2)
         seen = Counter(helpers.chat(gateway).headers["X-Demo-Backend"] for _ in range(10))
         assert seen["victim"] >= 1, seen
-        assert gateway.stats()["backends"]["1"]["circuit"] == "closed"
+        assert wait_for(lambda: _circuit(gateway, 1) == "closed")
     finally:
         procs.stop(victim)

@@ -70,7 +70,10 @@ def test_stats_count_outcomes_and_last_latencies(gateway, helpers, backends):
     for _ in range(4):
         assert helpers.chat(gateway, headers={"X-Demo-Status": "500"}).status_code == 502
     assert helpers.chat(gateway, headers={"X-Demo-Status": "404"}).status_code == 404
-    st = gateway.stats()["backends"]["1"]
+    deadline = time.monotonic() + 3   # the log phase runs after the answer went out
+    while (st := gateway.stats()["backends"]["1"])["successes"] + st["failures"] < 8 \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert st["successes"] == 4 and st["failures"] == 4    # a 4xx is the backend working
     assert len(st["latency_ms"]) == 5 and all(v >= 0 for v in st["latency_ms"])
     assert st["circuit"] == "closed"
