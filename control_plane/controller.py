@@ -1,4 +1,5 @@
-"""The controller: push the snapshot to every gateway whenever the config changes.
+"""The controller: push the snapshot to every gateway whenever the config changes,
+and each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -31,6 +32,7 @@ from control_plane.services.gateways import ensure_gateways
 from control_plane.services.push import PushError, push
 from control_plane.settings import Settings, SettingsError, load_settings
 from control_plane.shipper import Shipper
+from control_plane.weights_loop import WeightsLoop
 
 log = logging.getLogger("sluice.controller")
 
@@ -76,6 +78,7 @@ class Controller:
         self._synced = False  # SLUICE_GATEWAYS upserted; retried each tick until done
         self._next_scaling = 0.0
         self._scaling_actions: dict[str, str] = {}
+        self.weights = WeightsLoop(self._http, clock)
 
     # public
 
@@ -94,11 +97,12 @@ class Controller:
         due = [g for g in gateways
                if (g.acked_version != version or g.id in self._force)
                and self._backoff.get(g.id, Backoff()).not_before <= now]
-        if not due:
-            return
-        snap = self._snapshot(version)
-        results = self._push_all(due, snap)
-        self._record(due, snap["version"], results)
+        if due:
+            snap = self._snapshot(version)
+            results = self._push_all(due, snap)
+            self._record(due, snap["version"], results)
+        if gateways and self.weights.due():
+            self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
 
     def scaling_tick(self, force: bool = False) -> list[dict[str, Any]]:
         """Every SCALING_EVERY s: recommendations into the metrics; the ones that

@@ -30,6 +30,7 @@ class Stack:
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     gateway_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    agent_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     api_port: int = field(default_factory=procs.free_port)
     gateways: list = field(default_factory=list)
     children: dict = field(default_factory=dict)
@@ -54,6 +55,7 @@ class Stack:
         return dict(os.environ, DATABASE_URL=self.db_url, SLUICE_CONFIG=str(self.config_file),
                     SLUICE_ADMIN_TOKEN=self.admin_token,
                     SLUICE_GATEWAY_TOKEN=self.gateway_token, SLUICE_SECRET_KEY=self.secret_key,
+                    SLUICE_AGENT_TOKEN=self.agent_token,
                     SLUICE_API_PORT=str(self.api_port), SLUICE_CONTROLLER_INTERVAL="0.2")
 
     def write_config(self, gateways: list[Gateway]) -> None:
