@@ -11,6 +11,7 @@ local ngx_balancer = require("ngx.balancer")
 local weights = require("sluice.weights")
 local breaker = require("sluice.breaker")
 local stats = require("sluice.stats")
+local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -26,6 +27,7 @@ local min = math.min
 local ceil = math.ceil
 local huge = math.huge
 local tonumber = tonumber
+local pairs = pairs
 local str_find = string.find
 local str_sub = string.sub
 local gmatch = string.gmatch
@@ -34,6 +36,14 @@ local CONNECT_TIMEOUT = 5   -- seconds; the model's timeout_ms still caps it
 local MAX_RETRIES = 2       -- other backends tried after the first
 
 local _M = { MAX_RETRIES = MAX_RETRIES }
+
+metrics.register("sluice_backend_weight", "gauge",
+                 "Effective weight of a backend: controller weight (or static) x health.",
+                 { "model", "backend" })
+metrics.register("sluice_backend_circuit_state", "gauge",
+                 "Circuit breaker of a backend: 0 closed, 1 open, 2 half-open.",
+                 { "model", "backend" })
+local CIRCUIT_CODE = { closed = 0, open = 1, half_open = 2 }
 
 -- Rebuild pool.eff (effective weights) when something they depend on moved.
 local function refresh(pool, now)
@@ -177,6 +187,24 @@ function _M.balance(ctx, model)
     ok, err = set_timeouts(min(t, CONNECT_TIMEOUT), t, t)
     if not ok then
         ngx_log(ERR, "failed to set timeouts: ", err)
+    end
+end
+
+-- At scrape time (GET /metrics): weight and circuit gauges of every backend served.
+function _M.export_metrics(snap)
+    if not snap then return end
+    local now = ngx_now()
+    for name, model in pairs(snap.models) do
+        for _, pool in pairs(model.pools) do
+            refresh(pool, now)
+            for i = 1, pool.n do
+                local b = pool.backends[i]
+                local label = b.name or b.id_s
+                metrics.set("sluice_backend_weight", pool.eff[i], name, label)
+                metrics.set("sluice_backend_circuit_state",
+                            CIRCUIT_CODE[breaker.state(b.id_s, now)], name, label)
+            end
+        end
     end
 end
 

@@ -12,6 +12,7 @@ local metrics = require("sluice.metrics")
 local weights = require("sluice.weights")
 local stats = require("sluice.stats")
 local breaker = require("sluice.breaker")
+local balancer = require("sluice.balancer")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -98,6 +99,7 @@ end
 local function serve_metrics()
     local st = config.status()
     metrics.set("sluice_snapshot_version", st.version)
+    balancer.export_metrics(config.get())
     if type(st.loaded_at) == "number" then
         metrics.set("sluice_snapshot_age_seconds", ngx.now() - st.loaded_at)
     end
