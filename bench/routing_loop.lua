@@ -1,0 +1,46 @@
+-- bench/routing.py's in-nginx loop: the routing decision a request makes in the
+-- access phase (pool lookup, weighted pick over controller weights x breaker health,
+-- the half-open probe check), `iters` times, timed with ngx.now().
+-- GET /?model=<name>&iters=<n>  ->  {"iters": n, "us_per_decision": x, "picks": {...}}
+local cjson = require("cjson.safe")
+local config = require("sluice.config")
+local router = require("sluice.router")
+local balancer = require("sluice.balancer")
+
+local ngx = ngx
+local tonumber = tonumber
+
+local ENDPOINT = { name = "chat", protocol = "openai" }
+
+local args = ngx.req.get_uri_args()
+local model = args.model
+local iters = tonumber(args.iters) or 100000
+local snap = config.get()
+if not snap then
+    ngx.status = 503
+    ngx.say('{"error": "no snapshot"}')
+    return
+end
+
+local ctx = {}
+local picks = {}
+-- warm up (JIT, worker caches)
+for _ = 1, 1000 do
+    local pool = router.pool(snap, ENDPOINT, model)
+    balancer.choose(ctx, pool, snap.breaker)
+end
+ngx.update_time()
+local t0 = ngx.now()
+for _ = 1, iters do
+    local s = config.get()                       -- the per-request snapshot check
+    local pool = router.pool(s, ENDPOINT, model)
+    local b = balancer.choose(ctx, pool, s.breaker)
+    if b then
+        local k = b.id_s
+        picks[k] = (picks[k] or 0) + 1
+    end
+end
+ngx.update_time()
+local dt = ngx.now() - t0
+ngx.say(cjson.encode({ iters = iters, seconds = dt, us_per_decision = dt / iters * 1e6,
+                       picks = picks }))
