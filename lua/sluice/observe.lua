@@ -87,14 +87,18 @@ function _M.log()
     end
     metrics.inc("sluice_requests_total", 1, model, backend, ngx.status, plan)
 
+    -- ngx.now() is the cached time of this event-loop turn while nginx measures the
+    -- upstream time afresh: the total can read a little short, never below upstream.
+    local up = upstream_seconds()
     local total = ngx_now() - req_start_time()
-    if total < 0 then
+    if up and total < up then
+        total = up
+    elseif total < 0 then
         total = 0
     end
     metrics.observe("sluice_request_duration_seconds", total, model, backend)
     ngx_var.sluice_latency_ms = floor(total * 1000 + 0.5)
 
-    local up = upstream_seconds()
     if up then
         metrics.observe("sluice_upstream_duration_seconds", up, model, backend)
         metrics.inc("sluice_upstream_duration_seconds_squared_total", up * up, model, backend)

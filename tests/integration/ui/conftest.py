@@ -13,6 +13,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
 from control_plane.db import make_engine, make_sessionmaker
@@ -74,7 +75,11 @@ class Ui:
         self.base = base
 
     def wait(self, condition, timeout: float = WAIT_S):
-        return WebDriverWait(self.driver, timeout).until(condition)
+        # The dashboard re-renders its rows every refresh: an element found a moment
+        # ago may be gone; that is "not yet", not a failure.
+        return WebDriverWait(self.driver, timeout,
+                             ignored_exceptions=(StaleElementReferenceException,)
+                             ).until(condition)
 
     def open(self, path: str) -> None:
         self.driver.get(self.base + path)

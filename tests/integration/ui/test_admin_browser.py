@@ -103,8 +103,7 @@ def test_dashboard_shows_acked_versions_and_refreshes_in_place(stack, ui):
     ui.open("/")
     version = str(stack.admin.config_version())
     ui.wait(EC.text_to_be_present_in_element((By.ID, "gateway-rows"), "in sync"))
-    row = ui.find("#gateway-rows tr")
-    assert version in row.text
+    ui.wait(lambda d: version in d.find_element(By.CSS_SELECTOR, "#gateway-rows tr").text)
     ui.driver.execute_script("window.__stillHere = true;")
 
     stack.admin.create("models", name="appears-live")
@@ -151,9 +150,9 @@ def test_dashboard_charts_live_traffic_per_model(stack, demo, ui):
         stop.set()
         worker.join()
     assert set(sent) == {200}
-    assert _metric(ui, "chat-demo", 1) == 0  # no 5xx among them
-    backend_row = ui.find("#backend-rows tr")
-    assert "chat-a" in backend_row.text and "serving" in backend_row.text
+    ui.wait(lambda _d: _metric(ui, "chat-demo", 1) == 0)  # no 5xx among them
+    ui.wait(lambda d: "chat-a" in d.find_element(By.CSS_SELECTOR, "#backend-rows tr").text
+            and "serving" in d.find_element(By.CSS_SELECTOR, "#backend-rows tr").text)
     ui.screenshot("dashboard.png")
 
 
