@@ -16,7 +16,7 @@ from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
 from control_plane.models import ApiKey, Backend, Consumer, Model
-from control_plane.services import fleet_metrics
+from control_plane.services import fleet_metrics, telemetry
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 
@@ -44,14 +44,27 @@ def status(session: Session) -> dict[str, Any]:
                                    ("consumers", Consumer), ("keys", ApiKey))}
     drained = session.scalar(select(func.count()).select_from(Backend)
                              .where(Backend.weight == 0))
+    gpus = _gpus_by_backend(session)
     backends = [{"name": b.name, "model": b.model.name, "weight": b.weight,
-                 "enabled": b.enabled,
+                 "enabled": b.enabled, "gpus": gpus.get(b.name, []),
                  "state": "disabled" if not b.enabled else "drained" if b.weight == 0
                  else "serving"} for b in BACKENDS.list(session)]
     return {"version": version, "gateways": gateways, "counts": counts,
             "drained_backends": drained, "backends": backends,
             "models": [m.name for m in MODELS.list(session)],
             "traffic": _traffic({gw.name: gw.internal_url for gw in rows})}
+
+
+def _gpus_by_backend(session: Session) -> dict[str, list[dict[str, Any]]]:
+    """The latest telemetry of the GPUs that serve each backend (agent's mapping)."""
+    stale_after = current_app.config["SLUICE_SETTINGS"].telemetry_stale_after
+    out: dict[str, list[dict[str, Any]]] = {}
+    for gpu in telemetry.latest(session, stale_after):
+        brief = {k: gpu[k] for k in ("host", "index", "gpu_class", "memory_free_mb",
+                                     "memory_total_mb", "utilization_pct", "stale")}
+        for name in gpu["backends"] or ():
+            out.setdefault(name, []).append(brief)
+    return out
 
 
 def _traffic(gateways: dict[str, str]) -> dict[str, Any] | None:

@@ -16,6 +16,9 @@ import requests
 
 REQUESTS = "sluice_requests_total"
 DURATION_BUCKET = "sluice_request_duration_seconds_bucket"
+WEIGHT = "sluice_backend_weight"
+CIRCUIT = "sluice_backend_circuit_state"
+CIRCUIT_NAMES = {0: "closed", 1: "open", 2: "half-open"}
 _LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -47,6 +50,10 @@ def summarize(texts: Iterable[str]) -> dict[str, Any]:
             model = labels.get("model", "")
             if not model:  # refused before a model was known
                 continue
+            if name in (WEIGHT, CIRCUIT) and labels.get("backend"):
+                _gauge(backends.setdefault(labels["backend"],
+                                           {"requests": 0.0, "errors": 0.0}), name, value)
+                continue
             entry = models.setdefault(model, {"requests": 0.0, "errors": 0.0, "buckets": {}})
             if name == REQUESTS:
                 entry["requests"] += value
@@ -68,6 +75,16 @@ def summarize(texts: Iterable[str]) -> dict[str, Any]:
         entry["buckets"] = [[None if math.isinf(_bound(le)) else _bound(le), count]
                             for le, count in ordered]
     return {"models": models, "backends": backends}
+
+
+def _gauge(entry: dict[str, Any], name: str, value: float) -> None:
+    """Gauges from several gateways: the lowest weight and the worst circuit win, so
+    the page shows trouble that any gateway sees."""
+    if name == WEIGHT:
+        entry["weight"] = min(value, entry.get("weight", value))
+    else:
+        code = max(int(value), entry.get("circuit_code", 0))
+        entry["circuit_code"], entry["circuit"] = code, CIRCUIT_NAMES.get(code, str(code))
 
 
 def _bound(le: str) -> float:

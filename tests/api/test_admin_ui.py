@@ -7,7 +7,7 @@ import re
 import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.services import admin_users
+from control_plane.services import admin_users, telemetry
 
 PASSWORD = "correct horse battery"
 
@@ -189,6 +189,28 @@ def test_status_json_reports_versions(ui, make, api):
     assert status["version"] == api("get", "/config").get_json()["version"]
     assert status["gateways"][0]["name"] == "gw-a"
     assert status["gateways"][0]["state"] == "never acknowledged"
+
+
+def test_status_json_shows_each_backends_gpu_telemetry(ui, make, db_url):
+    backend = make("backend", name="vision-a100")
+    make("backend", name="no-gpu-known")
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as session:
+        telemetry.ingest(session, "gpu-host-1", "simulated", [telemetry.GpuReading(
+            index=0, name="NVIDIA A100-SXM4-80GB", gpu_class="A100",
+            memory_total_mb=81920, memory_used_mb=61440, utilization_pct=87.0,
+            backends=(backend["name"],))])
+        session.commit()
+    engine.dispose()
+
+    rows = {b["name"]: b for b in ui.client.get("/admin/status.json").get_json()["backends"]}
+    (gpu,) = rows["vision-a100"]["gpus"]
+    assert (gpu["gpu_class"], gpu["memory_free_mb"], gpu["utilization_pct"]) == (
+        "A100", 20480, 87.0)
+    assert gpu["stale"] is False
+    assert rows["no-gpu-known"]["gpus"] == []
+    page = ui.client.get("/admin/").get_data(as_text=True)
+    assert "A100 #0" in page
 
 
 def test_sign_out_ends_the_session(ui):

@@ -34,3 +34,14 @@ def test_summarize_adds_gateways_per_model_and_backend():
     assert "" not in result["models"]  # refused before a model was known
     assert result["backends"] == {"chat-a": {"requests": 94, "errors": 4},
                                   "chat-b": {"requests": 10, "errors": 0}}
+
+
+def test_live_weight_and_circuit_show_the_worst_any_gateway_sees():
+    gw1 = ('sluice_backend_weight{model="chat",backend="chat-a"} 600\n'
+           'sluice_backend_circuit_state{model="chat",backend="chat-a"} 0\n')
+    gw2 = ('sluice_backend_weight{model="chat",backend="chat-a"} 250\n'
+           'sluice_backend_circuit_state{model="chat",backend="chat-a"} 1\n')
+    a = summarize([gw1, gw2])["backends"]["chat-a"]
+    assert (a["weight"], a["circuit"]) == (250, "open")
+    assert a["requests"] == 0  # gauges are not traffic
+    assert summarize([gw1])["models"] == {}  # nor do they make a model appear

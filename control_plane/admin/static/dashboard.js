@@ -19,6 +19,17 @@ function stateCell(text, ok) {
   return td;
 }
 
+// "H200 #0: 62% busy, 81.2 of 139.0 GiB free" per GPU; stale readings say so.
+function fmtGpus(gpus) {
+  if (!gpus || !gpus.length) return "—";
+  return gpus.map((g) => {
+    const gib = (mb) => (mb / 1024).toFixed(1);
+    const busy = g.utilization_pct == null ? "" : ` ${Math.round(g.utilization_pct)}% busy,`;
+    const text = `${g.gpu_class} #${g.index}:${busy} ${gib(g.memory_free_mb)} of ${gib(g.memory_total_mb)} GiB free`;
+    return g.stale ? `${text} (stale)` : text;
+  }).join("; ");
+}
+
 function emptyRow(columns, text) {
   const tr = el("tr");
   const td = el("td", text, "empty");
@@ -191,11 +202,15 @@ class Dashboard {
     const rows = status.backends.map((b) => {
       const tr = el("tr");
       const rps = b.name in rates ? rates[b.name] : (this.previous && status.traffic ? 0 : null);
+      const live = (status.traffic && status.traffic.backends[b.name]) || {};
       tr.append(el("td", b.name), el("td", b.model), el("td", String(b.weight)),
-        stateCell(b.state, b.state === "serving"), el("td", fmtRate(rps)));
+        el("td", "weight" in live ? String(Math.round(live.weight)) : "—"),
+        stateCell(b.state, b.state === "serving"),
+        live.circuit ? stateCell(live.circuit, live.circuit === "closed") : el("td", "—"),
+        el("td", fmtRate(rps)), el("td", fmtGpus(b.gpus)));
       return tr;
     });
-    document.getElementById("backend-rows").replaceChildren(...(rows.length ? rows : [emptyRow(5, "No backends yet.")]));
+    document.getElementById("backend-rows").replaceChildren(...(rows.length ? rows : [emptyRow(8, "No backends yet.")]));
   }
 
   renderGateways(status) {
