@@ -86,6 +86,9 @@ class DemoServer(ThreadingHTTPServer):
         self.access_log = access_log
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
+        # Streams that ran to [DONE] and streams whose reader went away mid-way,
+        # shown by /health so tests can see a gateway close the backend request.
+        self.streams = {"completed": 0, "aborted": 0}
         self._thread: threading.Thread | None = None
         super().__init__(address, DemoHandler)
 
@@ -231,7 +234,8 @@ class DemoHandler(BaseHTTPRequestHandler):
         if path == "/health":
             if not self._injected_fault(inference=False):
                 self._send_json(200, {"status": "ok", "name": self.server.name,
-                                      "protocol": self.server.protocol})
+                                      "protocol": self.server.protocol,
+                                      "streams": self.server.streams})
             return
         if self.server.protocol == "openai" and path == "/v1/models":
             if not self._injected_fault(inference=False):
@@ -328,14 +332,20 @@ class DemoHandler(BaseHTTPRequestHandler):
         events.append(chunk({}, finish_reason="stop"))
         if include_usage:
             events.append(chunk(None, choices=False, chunk_usage=usage))
-        for i, event in enumerate(events):
-            if i and delay:
-                time.sleep(delay / 1000.0)
-            self._write_chunk(b"data: " + json.dumps(event, ensure_ascii=False)
-                              .encode("utf-8") + b"\n\n")
-        self._write_chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        try:
+            for i, event in enumerate(events):
+                if i and delay:
+                    time.sleep(delay / 1000.0)
+                self._write_chunk(b"data: " + json.dumps(event, ensure_ascii=False)
+                                  .encode("utf-8") + b"\n\n")
+            self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.server.streams["aborted"] += 1
+            self.close_connection = True
+            return
+        self.server.streams["completed"] += 1
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

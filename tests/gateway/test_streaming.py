@@ -109,6 +109,29 @@ def test_first_chunk_arrives_before_the_backend_finishes(streaming_gw, helpers, 
     assert t_end - t_first >= 1.0, f"first chunk only {t_end - t_first:.2f}s before the end"
 
 
+def test_client_disconnect_mid_stream_closes_the_backend_request(streaming_gw, helpers,
+                                                                 protocol_backends):
+    # 40 words, 100 ms apart: the backend would write for ~4 s. We read one chunk
+    # and hang up; the gateway must drop its upstream request too, which the backend
+    # sees as a broken pipe on its next write.
+    health = f"http://127.0.0.1:{protocol_backends['openai'].port}/health"
+    before = requests.get(health, timeout=5).json()["streams"]
+    r = stream(streaming_gw, helpers.KEY, "llm", text=" ".join(["word"] * 40),
+               headers={"X-Demo-Chunk-Delay-Ms": "100"})
+    first = next(line for line in r.iter_lines() if line.startswith(b"data: "))
+    assert json.loads(first[6:])["object"] == "chat.completion.chunk"
+    r.close()
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        now = requests.get(health, timeout=5).json()["streams"]
+        if now["aborted"] > before["aborted"]:
+            break
+        time.sleep(0.1)
+    assert now["aborted"] == before["aborted"] + 1, (before, now)
+    assert now["completed"] == before["completed"], "the backend streamed to the end"
+
+
 def test_backend_error_mid_request_in_stream_is_template(streaming_gw, helpers):
     r = stream(streaming_gw, helpers.KEY, "va", headers={"X-Demo-Status": "400"})
     err = helpers.assert_error(r, 400, "invalid_request")
