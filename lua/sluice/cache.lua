@@ -14,6 +14,7 @@
 -- or the backend's own headers, so no per-model TTL; and it would store the
 -- backend's answer, which a hit would then have to convert again.
 local cjson = require("cjson.safe")
+local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -38,6 +39,10 @@ local encode = cjson.encode
 local MAX_ENTRY = 1024 * 1024      -- bytes; larger answers are not kept
 -- fields that never change the answer (the envelope's request id is echoed back)
 local IGNORED = { request_id = true }
+
+metrics.register("sluice_cache_requests_total", "counter",
+                 "Cacheable requests by outcome: HIT, MISS or BYPASS (no-cache).",
+                 { "model", "status" })
 
 local _M = {}
 
@@ -130,6 +135,8 @@ function _M.header_filter(ctx)
         return
     end
     ngx_header["X-Cache-Status"] = c.status
+    ngx_var.sluice_cache_status = c.status      -- the access-log line's "cache"
+    metrics.inc("sluice_cache_requests_total", 1, ngx_var.sluice_model or "", c.status)
     if c.key and ngx.status ~= 200 then
         c.key = nil
     end

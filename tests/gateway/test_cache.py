@@ -114,3 +114,20 @@ def test_converted_answers_are_cached_and_keep_the_callers_request_id(cache_gw):
     first, second = envelope(), envelope()
     assert status(first) == "MISS" and status(second) == "HIT"
     assert second.json()["outputs"] == first.json()["outputs"]
+
+
+def test_cache_outcomes_reach_metrics_and_the_access_log(cache_gw):
+    from test_observe import access_lines, scrape, value  # same folder (rootdir import)
+
+    tag = uuid.uuid4().hex
+    outcomes = [status(predict(cache_gw, "kv1", [tag])),
+                status(predict(cache_gw, "kv1", [tag])),
+                status(predict(cache_gw, "kv1", [tag], headers={"Cache-Control": "no-cache"}))]
+    assert outcomes == ["MISS", "HIT", "BYPASS"]
+
+    samples = scrape(cache_gw)
+    for outcome in outcomes:
+        assert value(samples, "sluice_cache_requests_total", model="kv1",
+                     status=outcome) == 1
+    logged = [line["cache"] for line in access_lines(cache_gw, 3) if line["model"] == "kv1"]
+    assert sorted(logged) == sorted(outcomes)  # each worker buffers its own lines
