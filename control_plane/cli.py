@@ -178,9 +178,9 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _demo_backend(args: argparse.Namespace) -> int:
-    from control_plane.demo import backends
+    from control_plane.demo.cli import main as demo_main
 
-    return backends.main(args.rest)
+    return demo_main(args.rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_demo_backend)
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo-backend"]:
+        # its own options (--protocol, --port, ...) are not the sluice parser's
+        from control_plane.demo.cli import main as demo_main
+
+        return demo_main(argv[1:]) or 0
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -266,3 +266,20 @@ def test_cli_rejects_unknown_protocol():
     out = subprocess.run([sys.executable, "-m", "control_plane.demo.backends",
                           "--protocol", "grpc", "--port", "1"], capture_output=True)
     assert out.returncode == 2 and b"invalid choice" in out.stderr
+
+
+def test_sluice_demo_backend_command_takes_the_backend_options():
+    """`sluice demo-backend --protocol ... --port ...`, as the README and compose file
+    run it."""
+    import sys
+
+    from control_plane.runtime import procs
+
+    port = procs.free_port()
+    proc = procs.spawn([sys.executable, "-m", "control_plane.cli", "demo-backend",
+                        "--protocol", "predict", "--port", str(port), "--name", "cli-made"])
+    try:
+        r = procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+        assert r.json()["name"] == "cli-made"
+    finally:
+        procs.stop(proc)
