@@ -21,11 +21,12 @@ from typing import Any
 
 import requests
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from control_plane import cp_metrics
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
-from control_plane.services import scaling
+from control_plane.services import scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
@@ -104,6 +105,9 @@ class Controller:
         if gateways and self.weights.due():
             self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
 
+    def _gpu_utilization(self, session: Session) -> dict[str, float]:
+        return telemetry.model_utilization(session, self.settings.telemetry_stale_after)
+
     def scaling_tick(self, force: bool = False) -> list[dict[str, Any]]:
         """Every SCALING_EVERY s: recommendations into the metrics; the ones that
         changed POSTed to SLUICE_SCALING_WEBHOOK (best effort, 2 s timeout)."""
@@ -112,7 +116,8 @@ class Controller:
             return []
         self._next_scaling = now + SCALING_EVERY
         with self._sessions() as session:
-            recs = scaling.recommend(session, self.settings.scaling_thresholds())
+            recs = scaling.recommend(session, self.settings.scaling_thresholds(),
+                                     gpu=self._gpu_utilization)
         cp_metrics.SCALING.clear()
         for r in recs:
             cp_metrics.SCALING.labels(r["model"]).set(cp_metrics.SCALING_VALUES[r["action"]])

@@ -14,7 +14,7 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import bp, db
-from control_plane.services import audit, inference_logs, scaling
+from control_plane.services import audit, inference_logs, scaling, telemetry
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -120,9 +120,14 @@ def audit_log() -> Response:
 @bp.get("/scaling")
 def scaling_signals() -> Response:
     query_args({})
-    t = current_app.config["SLUICE_SETTINGS"].scaling_thresholds()
+    settings = current_app.config["SLUICE_SETTINGS"]
+    t = settings.scaling_thresholds()
+
+    def gpu(session):
+        return telemetry.model_utilization(session, settings.telemetry_stale_after)
+
     return jsonify({"window_seconds": t.window_seconds,
-                    "models": scaling.recommend(db(), t)})
+                    "models": scaling.recommend(db(), t, gpu=gpu)})
 
 
 def _set_actor() -> None:

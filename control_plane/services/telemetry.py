@@ -134,6 +134,22 @@ def history(session: Session, gpu_id: int, seconds: float) -> list[dict[str, Any
              "power_w": s.power_w} for s in rows]
 
 
+def model_utilization(session: Session, stale_after: float,
+                      now: datetime | None = None) -> dict[str, float]:
+    """Mean GPU utilisation (0..1) per model name, over the fresh GPUs that serve its
+    enabled backends; models with no fresh GPU reading are absent (unknown)."""
+    now = now or datetime.now(timezone.utc)
+    model_of = {b.name: b.model.name for b in session.scalars(
+        select(Backend).where(Backend.enabled))}
+    readings: dict[str, list[float]] = {}
+    for gpu in session.scalars(select(Gpu)):
+        if gpu.utilization_pct is None or is_stale(gpu, now, stale_after):
+            continue
+        for name in {model_of[b] for b in gpu.backends or () if b in model_of}:
+            readings.setdefault(name, []).append(gpu.utilization_pct / 100.0)
+    return {name: sum(v) / len(v) for name, v in readings.items()}
+
+
 @dataclass(frozen=True)
 class BackendMemory:
     free_fraction: float    # free / total over the fresh GPUs that serve the backend

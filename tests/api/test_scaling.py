@@ -110,3 +110,20 @@ def test_controller_posts_changes_to_the_webhook_and_exports_them(db_url, traffi
     assert len(got) == 1 and got[0]["source"] == "sluice"
     assert {r["model"] for r in got[0]["recommendations"]} == {"busy", "quiet", "idle"}
     assert cp_metrics.SCALING.labels("busy")._value.get() == 1
+
+
+def test_admin_api_scales_down_an_idle_model_from_its_gpu_telemetry(api, make, traffic):
+    """The GPU side comes from what the agents report for each model's backends."""
+    from control_plane.services import telemetry
+
+    quiet = {m["name"]: m for m in api("get", "/models").get_json()["items"]}["quiet"]
+    make("backend", name="quiet-gpu", model_id=quiet["id"])
+    with make_sessionmaker(traffic)() as session:
+        telemetry.ingest(session, "gpu-host", "simulated", [telemetry.GpuReading(
+            index=0, name="NVIDIA T4", gpu_class="T4", memory_total_mb=16384,
+            memory_used_mb=1024, utilization_pct=4.0, backends=("quiet-gpu",))])
+
+    by_model = {m["model"]: m for m in api("get", "/scaling").get_json()["models"]}
+    assert by_model["quiet"]["action"] == "down"
+    assert by_model["quiet"]["gpu_utilization"] == 0.04
+    assert by_model["idle"]["action"] == "hold"   # no telemetry: not scaled down
