@@ -118,6 +118,12 @@ class Controller:
         with self._sessions() as session:
             recs = scaling.recommend(session, self.settings.scaling_thresholds(),
                                      gpu=self._gpu_utilization)
+            gpus = telemetry.latest(session, self.settings.telemetry_stale_after)
+        cp_metrics.TELEMETRY_AGE.clear()
+        for g in gpus:
+            cp_metrics.TELEMETRY_AGE.labels(g["host"], str(g["index"]),
+                                            g["gpu_class"]).set(g["age_s"])
+        cp_metrics.TELEMETRY_STALE.set(sum(1 for g in gpus if g["stale"]))
         cp_metrics.SCALING.clear()
         for r in recs:
             cp_metrics.SCALING.labels(r["model"]).set(cp_metrics.SCALING_VALUES[r["action"]])

@@ -41,6 +41,13 @@ MODEL_SLA = Gauge("sluice_model_sla_seconds",
                   "with 1.5 times it.", ["model"], registry=REGISTRY)
 
 
+TELEMETRY_AGE = Gauge("sluice_telemetry_age_seconds",
+                      "Seconds since each GPU last reported (agent telemetry).",
+                      ["host", "gpu", "gpu_class"], registry=REGISTRY)
+TELEMETRY_STALE = Gauge("sluice_telemetry_stale_gpus",
+                        "GPUs whose last report is older than SLUICE_TELEMETRY_STALE_AFTER.",
+                        registry=REGISTRY)
+
 SCALING = Gauge("sluice_scaling_recommendation",
                 "Per model: -1 scale down, 0 hold, 1 scale up (services/scaling.py).",
                 ["model"], registry=REGISTRY)

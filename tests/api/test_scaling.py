@@ -127,3 +127,39 @@ def test_admin_api_scales_down_an_idle_model_from_its_gpu_telemetry(api, make, t
     assert by_model["quiet"]["action"] == "down"
     assert by_model["quiet"]["gpu_utilization"] == 0.04
     assert by_model["idle"]["action"] == "hold"   # no telemetry: not scaled down
+
+
+def test_controller_exports_telemetry_age_and_stale_gpus(db_url, make):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from control_plane import cp_metrics
+    from control_plane.controller import Controller
+    from control_plane.services import telemetry
+    from control_plane.settings import Settings
+
+    make("backend", name="fresh-b")
+    make("backend", name="old-b")
+    engine = make_engine(db_url)
+    now = datetime.now(timezone.utc)
+    with make_sessionmaker(engine)() as session:
+        telemetry.ingest(session, "host-a", "simulated", [telemetry.GpuReading(
+            index=0, name="NVIDIA H200", gpu_class="H200", memory_total_mb=141312,
+            memory_used_mb=0, backends=("fresh-b",))], now=now)
+        telemetry.ingest(session, "host-b", "simulated", [telemetry.GpuReading(
+            index=0, name="NVIDIA T4", gpu_class="T4", memory_total_mb=16384,
+            memory_used_mb=0, backends=("old-b",))], now=now - timedelta(minutes=5))
+    engine.dispose()
+    controller = Controller(Settings(database_url=db_url, gateway_token="t" * 20))
+    try:
+        controller.scaling_tick(force=True)
+    finally:
+        controller.close()
+
+    samples = {(s.name, s.labels.get("host")): s.value
+               for fam in text_string_to_metric_families(
+                   generate_latest(cp_metrics.REGISTRY).decode())
+               for s in fam.samples if s.name.startswith("sluice_telemetry")}
+    assert samples[("sluice_telemetry_stale_gpus", None)] == 1
+    assert samples[("sluice_telemetry_age_seconds", "host-b")] >= 300
+    assert samples[("sluice_telemetry_age_seconds", "host-a")] < 60
