@@ -66,7 +66,8 @@ def _gateway(args: argparse.Namespace) -> int:
         port=int(os.environ.get("SLUICE_GATEWAY_PORT", "8000")),
         internal_port=int(os.environ.get("SLUICE_INTERNAL_PORT", "8001")),
         listen_host=os.environ.get("SLUICE_GATEWAY_HOST", "0.0.0.0"),
-        internal_host=os.environ.get("SLUICE_INTERNAL_HOST", "127.0.0.1")))
+        internal_host=os.environ.get("SLUICE_INTERNAL_HOST", "127.0.0.1"),
+        log_excerpts=int(os.environ.get("SLUICE_LOG_EXCERPTS", "0"))))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

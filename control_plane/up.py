@@ -62,6 +62,13 @@ def _port(name: str, default: int) -> int:
     raise SystemExit(f"sluice up: port {port} is in use; set {name} to another port")
 
 
+def _excerpts() -> int:
+    raw = os.environ.get("SLUICE_LOG_EXCERPTS", "0")
+    if not raw.isdigit():
+        raise SystemExit(f"sluice up: SLUICE_LOG_EXCERPTS={raw!r} is not a number of characters")
+    return int(raw)
+
+
 def _secrets(var: Path) -> dict:
     """Tokens kept across runs (var/secrets.json, 0600) unless the environment sets them."""
     path = var / "secrets.json"
@@ -143,7 +150,8 @@ class Stack:
         self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
                                              internal_port=internal_port,
                                              token=creds["gateway_token"],
-                                             workers=self.workers))
+                                             workers=self.workers,
+                                             log_excerpts=_excerpts()))
         self.gateway.start()
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)

@@ -57,6 +57,8 @@ class GatewayConfig:
     # Loopback unless a private network (a compose network) must reach it.
     internal_host: str = "127.0.0.1"
     client_max_body_size: str = "1m"
+    # Characters of each request body kept, PII-masked, in the access log; 0 = none.
+    log_excerpts: int = 0
     lua_root: Path = field(default_factory=lambda: REPO / "lua")
     error_log_level: str = "warn"
 
@@ -88,6 +90,7 @@ def render(cfg: GatewayConfig) -> str:
         "port": str(int(cfg.port)),
         "internal_port": str(int(cfg.internal_port)),
         "internal_host": cfg.internal_host,
+        "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
     }
 

@@ -2,6 +2,7 @@
 -- A model may have backends of several protocols: the pool that speaks the caller's
 -- protocol natively wins; else the first pool in the model's `pool_order`.
 local cjson = require("cjson.safe")
+local pii = require("sluice.pii")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -27,6 +28,7 @@ local function json_body()
     if err then
         return nil, 400, "invalid_request", "request body is not valid UTF-8"
     end
+    pii.excerpt(body)
     if not re_find(body, [[^\s*\{]], "jo") then
         return nil, 400, "invalid_request", "request body must be a JSON object"
     end

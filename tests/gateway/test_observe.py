@@ -158,3 +158,39 @@ def test_plans_and_rate_limits_are_counted(gateway, backends, helpers):
                  plan="gold") == 2
     assert value(m, "sluice_requests_total", model="chat-demo", status="200",
                  plan="gold") == 2
+
+
+PII_TEXT = ("mail ann.lee@example.com or call +1 415-555-0134 / 13812345678, "
+            "card 4111 1111 1111 1111, id 11010519491231002X, ssn 078-05-1120 — 你好")
+
+
+def test_body_excerpts_are_off_by_default(served, helpers):
+    assert helpers.chat(served, messages=[{"role": "user", "content": PII_TEXT}],
+                        headers={"X-Request-Id": "req-no-excerpt"}).status_code == 200
+    (line,) = [x for x in access_lines(served, 1) if x["request_id"] == "req-no-excerpt"]
+    assert line["excerpt"] == ""
+
+
+def test_body_excerpts_when_enabled_are_pii_masked(gateway_factory, default_snapshot,
+                                                  helpers):
+    gw = gateway_factory(log_excerpts=400)
+    assert gw.push(default_snapshot).status_code == 200
+    body = json.dumps({"model": "chat-demo", "messages": [
+        {"role": "user", "content": PII_TEXT}]}, ensure_ascii=False).encode()  # raw UTF-8
+    r = requests.post(gw.url + "/v1/chat/completions", data=body, timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}",
+                               "Content-Type": "application/json",
+                               "X-Request-Id": "req-excerpt"})
+    assert r.status_code == 200, r.text
+
+    (line,) = [x for x in access_lines(gw, 1) if x["request_id"] == "req-excerpt"]
+    excerpt = line["excerpt"]
+    assert excerpt.startswith('{"')   # the start of the caller's body ...
+    for secret in ("ann.lee@example.com", "415-555-0134", "13812345678",
+                   "4111 1111 1111 1111", "11010519491231002X", "078-05-1120"):
+        assert secret not in excerpt, (secret, excerpt)
+    for placeholder in ("<email>", "<phone>", "<card>", "<national_id>"):
+        assert placeholder in excerpt, (placeholder, excerpt)
+    assert "你好" in excerpt           # ... with the harmless text kept
+    log = (gw.prefix / "logs" / "access.log").read_text()
+    assert "4111 1111 1111 1111" not in log and helpers.KEY not in log
