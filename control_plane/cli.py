@@ -93,7 +93,7 @@ def _create_admin(args: argparse.Namespace) -> int:
     import getpass
 
     from control_plane.db import make_engine, make_sessionmaker
-    from control_plane.services import admin_users
+    from control_plane.services import admin_users, audit
     from control_plane.services.errors import Conflict, Invalid
     from control_plane.settings import load_settings
 
@@ -116,7 +116,8 @@ def _create_admin(args: argparse.Namespace) -> int:
         return 2
     engine = make_engine(url)
     try:
-        with make_sessionmaker(engine)() as session:
+        with make_sessionmaker(engine)() as session, \
+                audit.acting_as(f"cli:{os.environ.get('USER') or 'unknown'}"):
             if args.reset_password:
                 user = admin_users.set_password(session, args.username, password)
                 print(f"sluice create-admin: new password set for {user.username}")

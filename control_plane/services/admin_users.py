@@ -12,6 +12,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from control_plane.models import ADMIN_ROLES, AdminUser
 from control_plane.services.errors import Conflict, Invalid
+from control_plane.services import audit
 
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_PASSWORD = 12
@@ -42,6 +43,8 @@ def create_user(session: Session, username: str, password: str, role: str) -> Ad
                      password_hash=generate_password_hash(password, method=HASH_METHOD))
     try:
         session.add(user)
+        session.flush()
+        audit.record(session, "create", "admin_users", user.id, None, audit.state(user))
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -58,7 +61,11 @@ def set_password(session: Session, username: str, password: str) -> AdminUser:
     user = find(session, username)
     if user is None:
         raise Invalid({"username": f"no admin user named {username!r}"})
+    before = audit.state(user)
     user.password_hash = generate_password_hash(password, method=HASH_METHOD)
+    # the hash is redacted on both sides: the entry says who changed it, and when
+    audit.record(session, "update", "admin_users", user.id, before,
+                 {**audit.state(user), "password_changed": True})
     session.commit()
     return user
 

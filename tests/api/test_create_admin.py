@@ -52,3 +52,27 @@ def test_refuses_a_short_password_and_a_duplicate_then_resets(db_url):
 def test_without_a_password_source_it_says_how(db_url):
     done = _run(db_url, "bob")  # stdin is not a terminal here
     assert done.returncode == 2 and "--password-stdin" in done.stderr
+
+
+def test_admin_user_changes_are_in_the_audit_trail_without_secrets(db_url):
+    from sqlalchemy import select
+
+    from control_plane.models import AuditEntry
+
+    assert _run(db_url, "ida", "--password-stdin", stdin="first password!\n").returncode == 0
+    assert _run(db_url, "ida", "--reset-password", "--password-stdin",
+                stdin="second password!\n").returncode == 0
+    engine = make_engine(db_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            entries = session.scalars(select(AuditEntry).where(
+                AuditEntry.resource == "admin_users").order_by(AuditEntry.id)).all()
+            rows = [(e.action, e.actor.startswith("cli:"), e.before, e.after) for e in entries]
+    finally:
+        engine.dispose()
+    (create, reset) = rows
+    assert create[:2] == ("create", True) and create[3]["username"] == "ida"
+    assert create[3]["password_hash"] == "[redacted]"
+    assert reset[:2] == ("update", True) and reset[3]["password_changed"] is True
+    assert "password" not in repr(rows).replace("password_hash", "").replace(
+        "password_changed", "")
