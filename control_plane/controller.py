@@ -119,10 +119,21 @@ class Controller:
             recs = scaling.recommend(session, self.settings.scaling_thresholds(),
                                      gpu=self._gpu_utilization)
             gpus = telemetry.latest(session, self.settings.telemetry_stale_after)
-        cp_metrics.TELEMETRY_AGE.clear()
+        for gauge in (cp_metrics.TELEMETRY_AGE, cp_metrics.GPU_UTILIZATION,
+                      cp_metrics.GPU_MEMORY_FREE):
+            gauge.clear()
         for g in gpus:
             cp_metrics.TELEMETRY_AGE.labels(g["host"], str(g["index"]),
                                             g["gpu_class"]).set(g["age_s"])
+            if g["stale"]:
+                continue   # a stale reading is not today's load: leave the series out
+            for backend in g["backends"] or ():
+                labels = (g["host"], str(g["index"]), backend)
+                if g["utilization_pct"] is not None:
+                    cp_metrics.GPU_UTILIZATION.labels(*labels).set(g["utilization_pct"] / 100)
+                if g["memory_total_mb"]:
+                    cp_metrics.GPU_MEMORY_FREE.labels(*labels).set(
+                        g["memory_free_mb"] / g["memory_total_mb"])
         cp_metrics.TELEMETRY_STALE.set(sum(1 for g in gpus if g["stale"]))
         cp_metrics.SCALING.clear()
         for r in recs:

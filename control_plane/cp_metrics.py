@@ -44,6 +44,13 @@ MODEL_SLA = Gauge("sluice_model_sla_seconds",
 TELEMETRY_AGE = Gauge("sluice_telemetry_age_seconds",
                       "Seconds since each GPU last reported (agent telemetry).",
                       ["host", "gpu", "gpu_class"], registry=REGISTRY)
+GPU_UTILIZATION = Gauge("sluice_gpu_utilization_ratio",
+                        "GPU busy share 0..1 per GPU and each backend it serves (fresh "
+                        "telemetry only).", ["host", "gpu", "backend"], registry=REGISTRY)
+GPU_MEMORY_FREE = Gauge("sluice_gpu_memory_free_ratio",
+                        "GPU free memory share 0..1 per GPU and each backend it serves "
+                        "(fresh telemetry only).", ["host", "gpu", "backend"],
+                        registry=REGISTRY)
 TELEMETRY_STALE = Gauge("sluice_telemetry_stale_gpus",
                         "GPUs whose last report is older than SLUICE_TELEMETRY_STALE_AFTER.",
                         registry=REGISTRY)

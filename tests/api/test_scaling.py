@@ -145,7 +145,7 @@ def test_controller_exports_telemetry_age_and_stale_gpus(db_url, make):
     with make_sessionmaker(engine)() as session:
         telemetry.ingest(session, "host-a", "simulated", [telemetry.GpuReading(
             index=0, name="NVIDIA H200", gpu_class="H200", memory_total_mb=141312,
-            memory_used_mb=0, backends=("fresh-b",))], now=now)
+            memory_used_mb=35328, utilization_pct=90.0, backends=("fresh-b",))], now=now)
         telemetry.ingest(session, "host-b", "simulated", [telemetry.GpuReading(
             index=0, name="NVIDIA T4", gpu_class="T4", memory_total_mb=16384,
             memory_used_mb=0, backends=("old-b",))], now=now - timedelta(minutes=5))
@@ -159,7 +159,10 @@ def test_controller_exports_telemetry_age_and_stale_gpus(db_url, make):
     samples = {(s.name, s.labels.get("host")): s.value
                for fam in text_string_to_metric_families(
                    generate_latest(cp_metrics.REGISTRY).decode())
-               for s in fam.samples if s.name.startswith("sluice_telemetry")}
+               for s in fam.samples if s.name.startswith(("sluice_telemetry", "sluice_gpu"))}
     assert samples[("sluice_telemetry_stale_gpus", None)] == 1
     assert samples[("sluice_telemetry_age_seconds", "host-b")] >= 300
     assert samples[("sluice_telemetry_age_seconds", "host-a")] < 60
+    assert samples[("sluice_gpu_utilization_ratio", "host-a")] == 0.9   # the GPU alert's input
+    assert samples[("sluice_gpu_memory_free_ratio", "host-a")] == 0.75
+    assert ("sluice_gpu_utilization_ratio", "host-b") not in samples  # stale: left out
