@@ -56,18 +56,17 @@ def _gateway(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from control_plane.runtime.gateway import Gateway, GatewayConfig
+    from control_plane.settings import load_settings
 
-    token = os.environ.get("SLUICE_GATEWAY_TOKEN")
-    if not token:
+    settings = load_settings()
+    if not settings.gateway_token:
         print("sluice gateway: SLUICE_GATEWAY_TOKEN is not set", file=sys.stderr)
         return 2
     gw = Gateway(GatewayConfig(
-        prefix=Path(args.prefix), token=token, workers=args.workers,
-        port=int(os.environ.get("SLUICE_GATEWAY_PORT", "8000")),
-        internal_port=int(os.environ.get("SLUICE_INTERNAL_PORT", "8001")),
-        listen_host=os.environ.get("SLUICE_GATEWAY_HOST", "0.0.0.0"),
-        internal_host=os.environ.get("SLUICE_INTERNAL_HOST", "127.0.0.1"),
-        log_excerpts=int(os.environ.get("SLUICE_LOG_EXCERPTS", "0"))))
+        prefix=Path(args.prefix), token=settings.gateway_token, workers=args.workers,
+        port=settings.gateway_port, internal_port=settings.internal_port,
+        listen_host=settings.gateway_host, internal_host=settings.internal_host,
+        log_excerpts=settings.log_excerpts))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -26,6 +26,11 @@ class Settings:
     api_port: int = 8080
     gateway_port: int = 8000
     internal_port: int = 8001
+    # `sluice gateway` / `sluice up`: where nginx listens, and how much of each request
+    # body its access log keeps (PII-masked; 0 = none)
+    gateway_host: str = "0.0.0.0"
+    internal_host: str = "127.0.0.1"
+    log_excerpts: int = 0
     controller_interval: float = 0.5
     push_timeout: float = 5.0
     config_file: str | None = None
@@ -77,6 +82,13 @@ def _port(value: str) -> int:
     if not 1 <= port <= 65535:
         raise ValueError("must be a port number between 1 and 65535")
     return port
+
+
+def _chars(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("must be a number of characters >= 0")
+    return number
 
 
 def _positive_float(value: str) -> float:
@@ -156,6 +168,9 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_API_PORT": ("api_port", _port),
     "SLUICE_GATEWAY_PORT": ("gateway_port", _port),
     "SLUICE_INTERNAL_PORT": ("internal_port", _port),
+    "SLUICE_GATEWAY_HOST": ("gateway_host", lambda v: v.strip() or "0.0.0.0"),
+    "SLUICE_INTERNAL_HOST": ("internal_host", lambda v: v.strip() or "127.0.0.1"),
+    "SLUICE_LOG_EXCERPTS": ("log_excerpts", _chars),
     "SLUICE_CONTROLLER_INTERVAL": ("controller_interval", _positive_float),
     "SLUICE_PUSH_TIMEOUT": ("push_timeout", _positive_float),
     "SLUICE_SECRET_KEY": ("secret_key", _str),

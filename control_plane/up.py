@@ -22,6 +22,7 @@ from control_plane import migrate
 from control_plane.runtime import postgres, procs
 from control_plane.runtime.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.settings import SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,13 +61,6 @@ def _port(name: str, default: int) -> int:
     except TimeoutError:
         return port
     raise SystemExit(f"sluice up: port {port} is in use; set {name} to another port")
-
-
-def _excerpts() -> int:
-    raw = os.environ.get("SLUICE_LOG_EXCERPTS", "0")
-    if not raw.isdigit():
-        raise SystemExit(f"sluice up: SLUICE_LOG_EXCERPTS={raw!r} is not a number of characters")
-    return int(raw)
 
 
 def _secrets(var: Path) -> dict:
@@ -151,7 +145,7 @@ class Stack:
                                              internal_port=internal_port,
                                              token=creds["gateway_token"],
                                              workers=self.workers,
-                                             log_excerpts=_excerpts()))
+                                             log_excerpts=load_settings().log_excerpts))
         self.gateway.start()
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)
@@ -284,7 +278,7 @@ def main(workers: int = 2) -> int:
             stack.check_children()
         print("sluice up: stopping", flush=True)
         return 0
-    except (RuntimeError, AdminError, TimeoutError) as exc:
+    except (RuntimeError, AdminError, TimeoutError, SettingsError) as exc:
         print(f"sluice up: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

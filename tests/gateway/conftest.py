@@ -136,15 +136,8 @@ def prefix():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _two_ports() -> tuple[int, int]:
-    while True:      # free_port() may hand out the same port twice in a row
-        a, b = procs.free_port(), procs.free_port()
-        if a != b:
-            return a, b
-
-
 def _config(prefix: Path, **over) -> GatewayConfig:
-    port, internal_port = _two_ports()
+    port, internal_port = procs.free_ports(2)
     return GatewayConfig(prefix=prefix, port=port, internal_port=internal_port,
                          token=secrets.token_urlsafe(24), **over)
 
