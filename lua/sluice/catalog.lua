@@ -1,5 +1,5 @@
--- GET /v1/models and GET /v1/models/{model} in OpenAI's shape: only the models the
--- caller's key may use (a model it may not use is as unknown as a missing one).
+-- GET /v1/models and GET /v1/models/{model} in OpenAI's shape: only the models (and
+-- routes) the caller's key may use (a model it may not use is as unknown as a missing one).
 local cjson = require("cjson.safe")
 local auth = require("sluice.auth")
 local errors = require("sluice.errors")
@@ -24,7 +24,8 @@ end
 function _M.serve(snap, consumer, model_name)
     local body
     if model_name then
-        if not snap.models[model_name] or not auth.allowed(consumer, model_name) then
+        if not (snap.models[model_name] or snap.routes[model_name])
+           or not auth.allowed(consumer, model_name) then
             return errors.exit(404, "not_found", "unknown model " .. model_name)
         end
         body = entry(model_name)
@@ -32,6 +33,12 @@ function _M.serve(snap, consumer, model_name)
         local names = {}
         for name in pairs(snap.models) do
             if auth.allowed(consumer, name) then
+                names[#names + 1] = name
+            end
+        end
+        -- a route's name is a model to the caller (sluice.routes)
+        for name in pairs(snap.routes) do
+            if not snap.models[name] and auth.allowed(consumer, name) then
                 names[#names + 1] = name
             end
         end

@@ -9,6 +9,7 @@ local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
+local routes = require("sluice.routes")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -138,7 +139,7 @@ function _M.validate(s)
         end
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
-                 or content.validate(s.content_policies)
+                 or content.validate(s.content_policies) or routes.validate(s.routes, s.models)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
@@ -240,7 +241,7 @@ local function compile(s)
     return { version = s.version, models = models, consumers = consumers, keys = keys,
              consumers_by_name = by_name, plans = plans.compile(s.plans),
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
-             breaker = breaker.settings(s.breaker) }
+             breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

@@ -43,8 +43,9 @@ function _M.consumer(consumer)
     ngx_var.sluice_plan = type(plan) == "string" and plan or NO_PLAN
 end
 
-function _M.model(model)
-    ngx_var.sluice_model = model.name
+-- `name`: the model asked for, then the one a route chose (sluice.routes).
+function _M.model(name)
+    ngx_var.sluice_model = name
 end
 
 function _M.backend(backend)

@@ -14,6 +14,7 @@ local internal = require("sluice.internal")
 local observe = require("sluice.observe")
 local policy = require("sluice.policy")
 local content = require("sluice.content")
+local routes = require("sluice.routes")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -37,6 +38,7 @@ function _M.init(opts)
 end
 
 function _M.init_worker()
+    routes.init_worker()
 end
 
 -- Keep a valid incoming X-Request-Id, else nginx's $request_id (32 hex digits
@@ -96,12 +98,11 @@ function _M.access()
         return errors.exit(doc, err_type, msg)
     end
 
-    local pool, model
-    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
-    if not pool then
-        return errors.exit(model, err_type, msg)
+    -- a model, or a route over models (sluice.routes picks one below)
+    if not snap.models[model_name] and not snap.routes[model_name] then
+        return errors.exit(404, "not_found", "unknown model " .. model_name)
     end
-    observe.model(model)
+    observe.model(model_name)
     if not auth.allowed(consumer, model_name) then
         return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
     end
@@ -119,6 +120,15 @@ function _M.access()
         return errors.exit(451, "policy_violation",
                            "the request was refused by content policy " .. violated)
     end
+
+    model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
+
+    local pool, model
+    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
+    if not pool then
+        return errors.exit(model, err_type, msg)
+    end
+    observe.model(model_name)
 
     cache.lookup(ctx, endpoint, doc, model, consumer)   -- a hit ends the request here
 
@@ -169,6 +179,7 @@ function _M.header_filter()
     policy.headers(ctx)
     convert.header_filter(ctx)
     cache.header_filter(ctx)
+    routes.header(ctx, ngx_header)
 end
 
 -- Conversion first: token accounting then reads the answer the caller gets, in
