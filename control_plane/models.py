@@ -100,6 +100,44 @@ class Backend(Timestamps, Base):
     )
 
 
+class Route(Timestamps, Base):
+    """A public model name split between versions (target models): canary, A/B,
+    conditions on consumer attributes. The name may also be a model's name."""
+    __tablename__ = "routes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # True: a caller keeps its version while the percents hold (hash of the caller).
+    sticky: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+
+    versions: Mapped[list[RouteVersion]] = relationship(
+        back_populates="route", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="RouteVersion.position")
+
+
+class RouteVersion(Base):
+    __tablename__ = "route_versions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    route_id: Mapped[int] = mapped_column(ForeignKey("routes.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    # RESTRICT: a model a route sends traffic to is not deleted by accident.
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="RESTRICT"), index=True)
+    percent: Mapped[int] = mapped_column(Integer)
+    # [] or [{"attr": "user_type", "op": "eq"|"ne"|"in", "value": ...}], all must hold
+    conditions: Mapped[list] = mapped_column(JSONB, default=list, server_default="[]")
+
+    route: Mapped[Route] = relationship(back_populates="versions")
+    model: Mapped[Model] = relationship()
+
+    __table_args__ = (
+        UniqueConstraint("route_id", "position", name="uq_route_versions_route_id"),
+        CheckConstraint("percent >= 0 AND percent <= 100", name="percent_range"),
+    )
+
+
 class Consumer(Timestamps, Base):
     __tablename__ = "consumers"
 

@@ -14,11 +14,13 @@ from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
                                        GatewaySchema, JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema)
+from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError, identifier, validate
 from control_plane.services import snapshot
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, CONTENT_POLICIES, GATEWAYS,
                                               JWT_ISSUERS, KEYS, MAPPINGS, MODELS, PLANS, Resource)
+from control_plane.services.routes import ROUTES
 
 API_PREFIX = "/api/v1"
 bp = Blueprint("api", __name__, url_prefix=API_PREFIX)
@@ -126,6 +128,7 @@ register_resource("/consumers", CONSUMERS, ConsumerSchema())
 register_resource("/gateways", GATEWAYS, GatewaySchema())
 register_resource("/plans", PLANS, PlanSchema())
 register_resource("/content-policies", CONTENT_POLICIES, ContentPolicySchema())
+register_resource("/routes", ROUTES, RouteSchema())
 register_resource("/jwt-issuers", JWT_ISSUERS, JwtIssuerSchema(),
                   to_row=JwtIssuerSchema.to_row)
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
                                   Model, Plan)
+from control_plane.services import routes
 from control_plane.services.config_state import current_version
 
 log = logging.getLogger(__name__)
@@ -154,4 +155,5 @@ def build(session: Session) -> dict[str, Any]:
         "plans": plans,
         "jwt": jwt,
         "content_policies": content_policies,
+        "routes": routes.snapshot_section(session, models),
     }

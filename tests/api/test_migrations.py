@@ -12,7 +12,7 @@ from control_plane.models import Base
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
           "plans", "jwt_issuers", "content_policies", "admin_users",
           "inference_logs", "log_checkpoints", "audit_log", "mappings", "gpus",
-          "gpu_samples"}
+          "gpu_samples", "routes", "route_versions"}
 
 
 def _inspect(url):
