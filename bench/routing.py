@@ -5,6 +5,8 @@
    lookup + weighted pick over controller weights x breaker health + probe check)
    in a loop and times it. Pools of 10, 100 and 1,000 backends, with a weight table
    pushed and some circuits open. Nothing is proxied: this is the decision alone.
+   Then the route-version choice (sluice.routes.pick) of a canary route with one
+   condition, sticky, over 10,000 consumers.
 2. The controller's weight step for 10,000 backends (100 pools of 100): formula over
    synthetic telemetry and stats (weights.compute), JSON encoding, and the push to a
    real gateway's POST /internal/weights.
@@ -66,8 +68,15 @@ def snapshot(sizes: list[int]) -> dict:
                              "host_header": "x", "base_path": "", "weight": 100})
         models[f"pool-{n}"] = {"id": len(models) + 1, "name": f"pool-{n}",
                                "timeout_ms": 1000, "backends": backends}
+    # a canary route over two of the pools: vips (half of the bench's callers) to the
+    # canary at 50 %, everyone else 95 / 5
+    routes = {"canary": {"sticky": True, "versions": [
+        {"model": f"pool-{sizes[1]}", "percent": 50,
+         "conditions": [{"attr": "user_type", "op": "eq", "value": "vip"}]},
+        {"model": f"pool-{sizes[0]}", "percent": 95},
+        {"model": f"pool-{sizes[1]}", "percent": 5}]}}
     return {"version": 1, "models": models, "consumers": {}, "keys": {},
-            "breaker": {"min_requests": 1000}}
+            "breaker": {"min_requests": 1000}, "routes": routes}
 
 
 def bench_routing(gw: BenchGateway, sizes: list[int], iters: int) -> list[dict]:
@@ -87,6 +96,14 @@ def bench_routing(gw: BenchGateway, sizes: list[int], iters: int) -> list[dict]:
         rows.append({"backends": n, "iters": out["iters"],
                      "us_per_decision": round(out["us_per_decision"], 3),
                      "distinct_picked": len(out["picks"])})
+    r = requests.get(f"http://127.0.0.1:{gw.bench_port}/",
+                     params={"route": "canary", "iters": iters, "consumers": 10000},
+                     timeout=600)
+    r.raise_for_status()
+    out = r.json()
+    rows.append({"route": "canary", "iters": out["iters"],
+                 "us_per_decision": round(out["us_per_decision"], 3),
+                 "picks": out["picks"]})
     return rows
 
 
@@ -133,9 +150,12 @@ def main() -> int:
         gw.start()
         rows = bench_routing(gw, [10, 100, 1000], args.iters)
         print("routing decision (route + weighted pick + breaker check), 1 worker:")
-        for row in rows:
+        for row in rows[:-1]:
             print(f"  {row['backends']:>5} backends: {row['us_per_decision']:8.3f} us/decision"
                   f"  ({row['iters']} iterations, {row['distinct_picked']} backends picked)")
+        route = rows[-1]
+        print(f"route-version choice (1 condition + sticky 95/5 split), 10,000 consumers: "
+              f"{route['us_per_decision']:.3f} us/decision  (picks {route['picks']})")
         ctl = bench_controller(gw)
         print(f"controller weight step, {ctl['backends']} backends in 100 pools: "
               f"compute {ctl['compute_ms']} ms, JSON {ctl['encode_ms']} ms, "

@@ -202,14 +202,8 @@ local function rewrite_body(ctx, from, to)
     end
 end
 
--- Access phase, after content policy: the model that serves a request naming
--- `model_name`. Without a route that is `model_name` itself.
-function _M.choose(ctx, snap, endpoint, model_name, consumer)
-    local route = snap.routes[model_name]
-    if not route then
-        return model_name
-    end
-    local attrs = ctx.attributes or consumer.attributes
+-- The version (target model name) of compiled `route` for a caller with `attrs`.
+function _M.pick(route, attrs, consumer)
     local caller
     if route.sticky then
         local sub = attrs.sub
@@ -218,24 +212,30 @@ function _M.choose(ctx, snap, endpoint, model_name, consumer)
             caller = caller .. "\0" .. tostring(sub)
         end
     end
-    local target
     for _, v in ipairs(route.cond) do
         if matches(v.conditions, attrs)
            and (v.threshold >= 10000 or draw(caller, v.salt, 10000) < v.threshold) then
-            target = v.model
-            break
+            return v.model
         end
     end
-    if not target then
-        local n = draw(caller, "", route.units)
-        local split = route.split
-        for i = 1, #split do
-            if n < split[i].upto then
-                target = split[i].model
-                break
-            end
+    local n = draw(caller, "", route.units)
+    local split = route.split
+    for i = 1, #split do
+        if n < split[i].upto then
+            return split[i].model
         end
     end
+    return split[#split].model   -- not reached: n < units == the last upto
+end
+
+-- Access phase, after content policy: the model that serves a request naming
+-- `model_name`. Without a route that is `model_name` itself.
+function _M.choose(ctx, snap, endpoint, model_name, consumer)
+    local route = snap.routes[model_name]
+    if not route then
+        return model_name
+    end
+    local target = _M.pick(route, ctx.attributes or consumer.attributes, consumer)
     ngx_var.sluice_route = route.name
     ctx.route_version = target
     metrics.inc("sluice_route_requests_total", 1, route.name, target)
