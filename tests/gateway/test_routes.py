@@ -248,3 +248,19 @@ def test_a_route_to_an_unknown_model_is_refused(push, helpers, backends):
     assert r.status_code == 400 and "conditions[1].op" in r.text
     assert gw.served_version() == 1
     assert versions_seen(gw, helpers, [helpers.KEY]) == [STABLE]
+
+
+@pytest.mark.parametrize("raw", [
+    '{"model" :  "team\\/chat", "messages": [{"role": "user", "content": "hi"}]}',
+    '{"messages": [{"role": "user", "content": "hi"}], "model": "team/chat"}',
+    '{"model": "team\\u002fchat", "messages": [{"role": "user", "content": "hi"}]}',
+])
+def test_backend_is_asked_for_the_chosen_model_however_the_name_is_spelt(
+        push, helpers, backends, raw):
+    gw = push(route_snapshot(helpers, backends, {"team/chat": split((CANARY, 100))}))
+    r = requests.post(gw.url + "/v1/chat/completions", data=raw, timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}",
+                               "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Demo-Backend"] == "openai-b"
+    assert r.json()["model"] == CANARY
