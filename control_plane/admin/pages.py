@@ -2,6 +2,7 @@
 driven by a `Page` description. Writes go through the same services as the API."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,12 +16,14 @@ from control_plane.admin.forms import (Input, default_values, form_values, parse
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
                                        JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
+from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
-from control_plane.models import PROTOCOLS, Consumer, Plan
+from control_plane.models import PROTOCOLS, Consumer, Plan, Route, RouteVersion
 from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
+from control_plane.services.routes import ROUTES
 
 Column = tuple[str, Callable[[Any], Any]]
 
@@ -40,6 +43,8 @@ class Page:
     related: tuple[str, str] | None = None  # (endpoint, label) linked from the list
     # validated input -> columns, as the API's register_resource(to_row=...) does
     to_row: Callable[..., dict[str, Any]] | None = None
+    # what an edit form shows, when the row's columns are not the inputs one to one
+    edit_values: Callable[[Any], dict[str, Any]] | None = None
 
     def row_data(self, data: dict[str, Any], *, creating: bool) -> dict[str, Any]:
         return self.to_row(data, partial=not creating) if self.to_row else data
@@ -76,6 +81,20 @@ def _yes(value: bool) -> str:
 
 def _limit(value: Any) -> Any:
     return "unlimited" if value is None else value
+
+
+def _version_text(v: RouteVersion) -> str:
+    when = " and ".join(f"{c['attr']} {c['op']} {json.dumps(c['value'])}"
+                        for c in v.conditions)
+    return f"{v.model.name} {v.percent} %" + (f" if {when}" if when else "")
+
+
+def _route_values(r: Route) -> dict[str, Any]:
+    versions = [{"model": v.model.name, "percent": v.percent,
+                 **({"conditions": v.conditions} if v.conditions else {})}
+                for v in r.versions]
+    return {"name": r.name, "sticky": r.sticky, "enabled": r.enabled,
+            "versions": json.dumps(versions, indent=1, ensure_ascii=False)}
 
 
 def _limit_input(name: str, label: str, help: str) -> Input:
@@ -196,6 +215,22 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("Claim", lambda j: j.consumer_claim),
                   ("Enabled", lambda j: _yes(j.enabled))],
          to_row=JwtIssuerSchema.to_row),
+    Page("routes", "Routes", "route", ROUTES, RouteSchema(),
+         inputs=[Input("name", "Name", required=True,
+                       help="The model name callers use; it may be a model's own name."),
+                 Input("versions", "Versions (JSON)", "json", required=True,
+                       default='[{"model": "chat-demo", "percent": 95},\n'
+                               ' {"model": "chat-canary", "percent": 5}]',
+                       help='Models with a percent; versions with "conditions" (e.g. '
+                            '{"user_type": "vip"}) come first and take that percent of '
+                            "the callers that match; the others must add up to 100."),
+                 Input("sticky", "Sticky", "checkbox", default=True,
+                       help="A caller keeps its version while the percents hold."),
+                 Input("enabled", "Enabled", "checkbox", default=True)],
+         columns=[("Name", lambda r: r.name),
+                  ("Versions", lambda r: "; ".join(_version_text(v) for v in r.versions)),
+                  ("Sticky", lambda r: _yes(r.sticky)), ("Enabled", lambda r: _yes(r.enabled))],
+         edit_values=_route_values),
     Page("gateways", "Gateways", "gateway", GATEWAYS, GatewaySchema(),
          inputs=[Input("name", "Name", required=True),
                  Input("internal_url", "Internal URL", required=True,
@@ -260,7 +295,8 @@ def resource_edit(kind: str, id: int):
     page = _page(kind)
     obj = page.resource.get(db(), id)
     if request.method == "GET":
-        return _render_form(page, form_values(obj, page.inputs), obj=obj)
+        values = page.edit_values(obj) if page.edit_values else form_values(obj, page.inputs)
+        return _render_form(page, values, obj=obj)
     try:
         data = page.row_data(parse_form(request.form, page.inputs, page.schema,
                                         creating=False), creating=False)

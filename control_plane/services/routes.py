@@ -57,7 +57,7 @@ class Routes(Resource[Route]):
                session.execute(select(Model.name, Model.id).where(Model.name.in_(names)))}
         for i, v in enumerate(versions):
             if v["model"] not in ids:
-                raise Invalid({f"versions[{i}].model": f"no model named {v['model']!r}"})
+                raise Invalid({"versions": f"[{i}].model {v['model']!r} is not a model"})
         total = split_total(versions)
         if total != 100:
             raise Invalid({"versions": "the percents of the versions without conditions "

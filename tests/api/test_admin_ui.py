@@ -339,3 +339,33 @@ def test_jwt_issuer_from_a_pem_keeps_its_keys_when_edited(ui, api):
     bad = ui("/admin/jwt-issuers/new", {"name": "junk", "pem": "not a key",
                                         "consumer_claim": "sub"})
     assert "must be a PEM public key" in bad.get_data(as_text=True)
+
+
+def test_route_made_and_edited_in_the_ui(ui, make, api):
+    make("model", name="chat-demo")
+    make("model", name="chat-canary")
+    versions = ('[{"model": "chat-canary", "conditions": {"user_type": "vip"}},'
+                ' {"model": "chat-demo", "percent": 95}, {"model": "chat-canary", "percent": 5}]')
+    resp = ui("/admin/routes/new", {"name": "chat-demo", "versions": versions,
+                                    "sticky": "on", "enabled": "on"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [route] = api("get", "/routes").get_json()["items"]
+    assert [(v["model"], v["percent"]) for v in route["versions"]] == [
+        ("chat-canary", 100), ("chat-demo", 95), ("chat-canary", 5)]
+    html = ui.client.get("/admin/routes/").get_data(as_text=True)
+    assert 'chat-canary 100 % if user_type eq &#34;vip&#34;; chat-demo 95 %' in html
+
+    edit = ui.client.get(f"/admin/routes/{route['id']}").get_data(as_text=True)
+    assert "&#34;percent&#34;: 95" in edit
+    resp = ui(f"/admin/routes/{route['id']}", {
+        "name": "chat-demo", "enabled": "on",
+        "versions": '[{"model": "chat-demo", "percent": 90}, {"model": "nope", "percent": 10}]'})
+    assert resp.status_code == 422
+    assert "Versions (JSON) [1].model &#39;nope&#39; is not a model" in resp.get_data(as_text=True)
+    resp = ui(f"/admin/routes/{route['id']}", {
+        "name": "chat-demo", "enabled": "on",
+        "versions": '[{"model": "chat-demo", "percent": 90},'
+                    ' {"model": "chat-canary", "percent": 10}]'})
+    assert resp.status_code == 302
+    route = api("get", f"/routes/{route['id']}").get_json()
+    assert route["sticky"] is False and [v["percent"] for v in route["versions"]] == [90, 10]

@@ -69,7 +69,7 @@ def test_lifecycle_with_audit_and_version_bumps(api, models):
     ([{"model": "chat-stable", "percent": 90}, {"model": "chat-canary", "percent": 5}],
      "versions", "add up to 95"),
     ([{"model": "chat-stable", "percent": 100}, {"model": "nope", "percent": 0}],
-     "versions[1].model", "no model named 'nope'"),
+     "versions", "[1].model 'nope' is not a model"),
     ([{"model": "chat-stable", "percent": 100},
       {"model": "chat-canary", "conditions": [{"attr": "tier", "op": "gt", "value": 1}]}],
      "versions", "[1].conditions[0].op must be one of: eq, ne, in"),
