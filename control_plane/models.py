@@ -10,6 +10,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor")
+METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 MAX_WEIGHT = 1000
 
 # Deterministic constraint names: the API maps a violated constraint back to a field.
@@ -47,6 +48,8 @@ class Model(Timestamps, Base):
     # Coefficients of the weight formula for this model's pools, e.g.
     # {"memory": 0.6, "success": 0.3, "latency": 0.1}; NULL: the controller's defaults.
     weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
+    # Affinity: only backends on GPUs of this class ("A100") serve it; NULL: any.
+    gpu_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     backends: Mapped[list[Backend]] = relationship(
         back_populates="model", passive_deletes="all", order_by="Backend.id")
@@ -87,6 +90,11 @@ class Backend(Timestamps, Base):
     auth_header: Mapped[str | None] = mapped_column(Text)
     # Set while drained (weight 0): the weight to restore. Not part of the snapshot.
     drained_weight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Declared GPU class, for hosts without an agent; overrides what agents report.
+    gpu_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Prometheus endpoint the controller scrapes for this backend's load (optional).
+    metrics_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    metrics_format: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
     model: Mapped[Model] = relationship(back_populates="backends")
     mapping: Mapped[Mapping | None] = relationship()
@@ -97,6 +105,10 @@ class Backend(Timestamps, Base):
                         name="protocol_known"),
         CheckConstraint("(protocol = 'vendor') = (mapping_id IS NOT NULL)",
                         name="vendor_mapping"),
+        CheckConstraint("(metrics_url IS NULL) = (metrics_format IS NULL)",
+                        name="metrics_pair"),
+        CheckConstraint("metrics_format IN (" + ", ".join(f"'{f}'" for f in METRICS_FORMATS)
+                        + ")", name="metrics_format_known"),
     )
 
 
@@ -364,3 +376,32 @@ class GpuSample(Base):
     power_w: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (Index("ix_gpu_samples_gpu_id", "gpu_id", "at"),)
+
+
+class BackendScrape(Base):
+    """The latest Prometheus scrape of one backend's `metrics_url` (services/scrapes.py).
+
+    `scraped_at` is the last success; `attempted_at` and `error` the last try."""
+    __tablename__ = "backend_scrapes"
+
+    backend_id: Mapped[int] = mapped_column(
+        ForeignKey("backends.id", ondelete="CASCADE"), primary_key=True)
+    format: Mapped[str] = mapped_column(String(16))
+    free_fraction: Mapped[float | None] = mapped_column(Float)
+    values: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
+    scraped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class BackendScrapeSample(Base):
+    """Short history of successful scrapes, for charts; trimmed on write."""
+    __tablename__ = "backend_scrape_samples"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    backend_id: Mapped[int] = mapped_column(ForeignKey("backends.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    free_fraction: Mapped[float | None] = mapped_column(Float)
+    values: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
+
+    __table_args__ = (Index("ix_backend_scrape_samples_backend_id", "backend_id", "at"),)

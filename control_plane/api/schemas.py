@@ -1,13 +1,14 @@
 """What each resource accepts (validation schemas) and how it is shown (render)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
 from control_plane.api import validation as v
 from control_plane.api.validation import Field
-from control_plane.models import (MAX_WEIGHT, PROTOCOLS, ApiKey, Backend, Consumer,
-                                  Gateway, JwtIssuer, Mapping, Model, Plan)
+from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PROTOCOLS, ApiKey, Backend,
+                                  Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
@@ -16,6 +17,15 @@ MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
 COMMON_READ_ONLY = ("id", "created_at", "updated_at")
+_GPU_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def gpu_class(value: Any) -> str:
+    """A GPU class as the agent derives it from the device name: "A100", "T4"."""
+    if not isinstance(value, str) or not _GPU_CLASS_RE.match(value):
+        raise ValueError('must be a GPU class such as "A100" or "T4": 1-64 letters, '
+                         "digits and . _ -")
+    return value
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -42,6 +52,8 @@ class ModelSchema(Schema):
         "cache_shared": Field(v.boolean),
         "enabled": Field(v.boolean),
         "weight_coefficients": Field(v.coefficients, nullable=True),
+        # affinity: only backends on GPUs of this class serve the model
+        "gpu_class": Field(gpu_class, nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -49,6 +61,7 @@ class ModelSchema(Schema):
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "enabled": m.enabled, "weight_coefficients": m.weight_coefficients,
+                "gpu_class": m.gpu_class,
                 "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 
@@ -65,6 +78,11 @@ class BackendSchema(Schema):
         "enabled": Field(v.boolean),
         # write-only: rendered as auth_header_set
         "auth_header": Field(v.header_value(MAX_AUTH_HEADER), nullable=True),
+        # declared GPU class (hosts without an agent); wins over agent reports
+        "gpu_class": Field(gpu_class, nullable=True),
+        # Prometheus endpoint the controller scrapes; both or neither (services check)
+        "metrics_url": Field(v.http_url(allow_path=True), nullable=True),
+        "metrics_format": Field(v.one_of(*METRICS_FORMATS), nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("auth_header_set",)
@@ -74,6 +92,8 @@ class BackendSchema(Schema):
                 "protocol": b.protocol, "mapping_id": b.mapping_id,
                 "weight": b.weight, "enabled": b.enabled,
                 "auth_header_set": b.auth_header is not None,
+                "gpu_class": b.gpu_class, "metrics_url": b.metrics_url,
+                "metrics_format": b.metrics_format,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
 
 

@@ -162,14 +162,23 @@ class Backends(Resource[Backend]):
         if protocol != "vendor" and mapping_id is not None:
             raise Invalid({"mapping_id": "only vendor backends have a mapping"})
 
+    @staticmethod
+    def _metrics_pair(url: str | None, fmt: str | None) -> None:
+        if (url is None) != (fmt is None):
+            field = "metrics_format" if fmt is None else "metrics_url"
+            raise Invalid({field: "metrics_url and metrics_format are set together"})
+
     def create(self, session: Session, data: Mapping[str, Any]) -> Backend:
         self._consistent(data["protocol"], data.get("mapping_id"))
+        self._metrics_pair(data.get("metrics_url"), data.get("metrics_format"))
         return super().create(session, data)
 
     def update(self, session: Session, id: int, data: Mapping[str, Any]) -> Backend:
         current = self.get(session, id)
         self._consistent(data.get("protocol", current.protocol),
                          data["mapping_id"] if "mapping_id" in data else current.mapping_id)
+        self._metrics_pair(*(data[f] if f in data else getattr(current, f)
+                             for f in ("metrics_url", "metrics_format")))
         return super().update(session, id, data)
 
     def _on_update(self, obj: Backend, changed: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
                                   Model, Plan)
 from control_plane.services import routes
+from control_plane.services import affinity
 from control_plane.services.config_state import current_version
 
 log = logging.getLogger(__name__)
@@ -93,17 +94,19 @@ def build(session: Session) -> dict[str, Any]:
     For a version that matches the content exactly, call this in a REPEATABLE READ
     transaction (the controller does). A backend whose host does not resolve is left
     out with a warning rather than failing the whole snapshot: the other backends
-    still need their updates.
+    still need their updates. So is a backend on the wrong GPU class for its model
+    (services/affinity.py).
     """
     version = current_version(session)
 
     models: dict[str, Any] = {}
+    gpu_classes = affinity.reported_classes(session)
     for model in session.scalars(
             select(Model).where(Model.enabled).order_by(Model.id)
             .options(selectinload(Model.backends).selectinload(Backend.mapping))):
         backends = []
         for backend in model.backends:
-            if not backend.enabled:
+            if not backend.enabled or not affinity.eligible(model, backend, gpu_classes):
                 continue
             try:
                 backends.append(backend_entry(backend))
@@ -113,6 +116,8 @@ def build(session: Session) -> dict[str, Any]:
                               "timeout_ms": model.timeout_ms,
                               "cache_ttl_s": model.cache_ttl_s,
                               "cache_shared": model.cache_shared, "backends": backends}
+        if model.gpu_class:
+            models[model.name]["gpu_class"] = model.gpu_class
 
     consumers = {
         str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,

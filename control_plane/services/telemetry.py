@@ -23,6 +23,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from control_plane.models import Backend, Gpu, GpuSample
+from control_plane.services import affinity
+from control_plane.services.config_state import bump_version
 
 HISTORY_SECONDS = 600          # samples older than this are trimmed on ingest
 DEFAULT_STALE_AFTER = 15.0     # seconds without a report before a GPU is stale
@@ -63,10 +65,13 @@ def ingest(session: Session, host: str, source: str, readings: list[GpuReading],
     """Store one report: upsert the latest values, append to the history, trim it.
 
     Returns what the agent is told back: how many GPUs were taken and which backend
-    names in its mapping match no backend (a typo in the agent's config).
+    names in its mapping match no backend (a typo in the agent's config). When the
+    report changes the GPU classes of a class-bound model's backends, the config
+    version is bumped in the same transaction (services/affinity.py).
     """
     now = now or datetime.now(timezone.utc)
     try:
+        classes_before = affinity.bound_fingerprint(session)
         existing = {g.gpu_index: g for g in session.scalars(
             select(Gpu).where(Gpu.host == host))}
         ids = []
@@ -93,6 +98,8 @@ def ingest(session: Session, host: str, source: str, readings: list[GpuReading],
         names = {n for r in readings for n in r.backends}
         known = set(session.scalars(select(Backend.name).where(Backend.name.in_(names)))) \
             if names else set()
+        if affinity.changed(classes_before, affinity.bound_fingerprint(session)):
+            bump_version(session)
         session.commit()
     except BaseException:
         session.rollback()

@@ -12,7 +12,8 @@ from control_plane.models import Base
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
           "plans", "jwt_issuers", "content_policies", "admin_users",
           "inference_logs", "log_checkpoints", "audit_log", "mappings", "gpus",
-          "gpu_samples", "routes", "route_versions"}
+          "gpu_samples", "routes", "route_versions", "backend_scrapes",
+          "backend_scrape_samples"}
 
 
 def _inspect(url):
