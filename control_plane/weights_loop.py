@@ -1,13 +1,16 @@
 """The controller's weight step, once per SLUICE_WEIGHTS_INTERVAL (≈1 s):
 
     scrape GET /internal/stats of every gateway  ─┐
-    free GPU memory per backend (fresh telemetry) ─┼─> weights.compute() per pool
+    free GPU memory per backend (fresh telemetry) ─┤
+    free capacity from backends' /metrics (fresh) ─┼─> weights.compute() per pool
     coefficients per model (NULL: settings)       ─┘
     -> POST /internal/weights {"version": <unix ms>, "weights": {...}} to every gateway
 
 A gateway that cannot be scraped still gets the table (computed from the others'
 stats); one that cannot take it keeps its last table until it decays to the static
 weights (lua/sluice/weights.lua). Errors are logged when they change, not each tick.
+A backend with a fresh Prometheus scrape (scraper.py) takes that figure over its
+agent telemetry: the operator configured it for that backend on purpose.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.models import Gateway, Model
-from control_plane.services import telemetry
+from control_plane.scraper import Scraper
+from control_plane.services import scrapes, telemetry
 from control_plane.services.weights import Coefficients, OutcomeWindow, compute, pools_of
 from control_plane.settings import Settings
 
@@ -40,6 +44,7 @@ class WeightsLoop:
         self.last_table: dict[str, int] = {}
         self.last_version = 0
         self._errors: dict[str, str | None] = {}
+        self.scraper = Scraper()
 
     def due(self) -> bool:
         return self.clock() >= self.next_at
@@ -48,6 +53,7 @@ class WeightsLoop:
             gateways: list[Gateway], snapshot: dict[str, Any]) -> dict[str, int]:
         """One weight step; returns the table pushed."""
         self.next_at = self.clock() + settings.weights_interval
+        self.scraper.kick(session_factory)
         urls = [g.internal_url for g in gateways]
         headers = {"Authorization": f"Bearer {settings.gateway_token}"}
         scraped = self._parallel(urls, lambda u: self._scrape(u, headers, settings))
@@ -63,6 +69,7 @@ class WeightsLoop:
         with session_factory() as session:
             free = {name: m.free_fraction for name, m in
                     telemetry.backend_memory(session, settings.telemetry_stale_after).items()}
+            free.update(scrapes.fresh_free(session, settings.telemetry_stale_after))
             coefficients = {name: Coefficients.of(c, None) for name, c in session.execute(
                 select(Model.name, Model.weight_coefficients)
                 .where(Model.weight_coefficients.is_not(None)))}

@@ -3,6 +3,9 @@
     POST /api/v1/telemetry                      agent token (or admin token)
     GET  /api/v1/telemetry                      latest per GPU, with staleness
     GET  /api/v1/telemetry/gpus/<id>/history    samples of the last ?seconds= (max 600)
+    GET  /api/v1/telemetry/scrapes              latest Prometheus scrape per backend
+    GET  /api/v1/telemetry/scrapes/<backend id>/history
+    GET  /api/v1/telemetry/affinity             class-bound models: who serves, who not
 """
 from __future__ import annotations
 
@@ -14,8 +17,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from control_plane.api.errors import ApiError
 from control_plane.api.validation import ValidationError
-from control_plane.models import NAME_PATTERN, Gpu
-from control_plane.services import telemetry
+from control_plane.models import NAME_PATTERN, Backend, Gpu
+from control_plane.services import affinity, scrapes, telemetry
 from control_plane.services.telemetry import GpuReading, gpu_class
 
 MAX_GPUS_PER_REPORT = 64
@@ -146,15 +149,37 @@ def register(bp: Blueprint, db, json_body) -> None:
 
     @bp.get("/telemetry/gpus/<int:gpu_id>/history")
     def gpu_history(gpu_id: int) -> Response:
-        raw = request.args.get("seconds", "300")
-        try:
-            seconds = float(raw)
-            if not 0 < seconds <= telemetry.HISTORY_SECONDS:
-                raise ValueError
-        except ValueError:
-            raise ValidationError({"seconds": f"must be a number in (0, "
-                                              f"{telemetry.HISTORY_SECONDS}]"},
-                                  "invalid query parameters") from None
+        seconds = _seconds(telemetry.HISTORY_SECONDS)
         if db().get(Gpu, gpu_id) is None:
             raise ApiError(404, f"no gpu with id {gpu_id}")
         return jsonify({"gpu_id": gpu_id, "samples": telemetry.history(db(), gpu_id, seconds)})
+
+    @bp.get("/telemetry/scrapes")
+    def latest_scrapes() -> Response:
+        stale_after = current_app.config["SLUICE_SETTINGS"].telemetry_stale_after
+        return jsonify({"stale_after_s": stale_after,
+                        "scrapes": scrapes.latest(db(), stale_after)})
+
+    @bp.get("/telemetry/scrapes/<int:backend_id>/history")
+    def scrape_history(backend_id: int) -> Response:
+        seconds = _seconds(scrapes.HISTORY_SECONDS)
+        if db().get(Backend, backend_id) is None:
+            raise ApiError(404, f"no backend with id {backend_id}")
+        return jsonify({"backend_id": backend_id,
+                        "samples": scrapes.history(db(), backend_id, seconds)})
+
+    @bp.get("/telemetry/affinity")
+    def affinity_report() -> Response:
+        return jsonify({"models": affinity.report(db())})
+
+
+def _seconds(limit: float) -> float:
+    """The ?seconds= of a history request, 300 by default."""
+    try:
+        seconds = float(request.args.get("seconds", "300"))
+        if not 0 < seconds <= limit:
+            raise ValueError
+    except ValueError:
+        raise ValidationError({"seconds": f"must be a number in (0, {limit}]"},
+                              "invalid query parameters") from None
+    return seconds

@@ -10,7 +10,9 @@ are described in ``control_plane/demo/protocols.py``):
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
 
-Both answer ``GET /health``. Every response carries:
+Both answer ``GET /health``; with ``--metrics vllm|triton|dcgm`` also ``GET /metrics``
+in that server's Prometheus shape (``control_plane/demo/metrics.py``). Every response
+carries:
 
 - ``X-Demo-Backend``: the backend's name;
 - ``X-Demo-Saw-Authorization``: ``yes`` when the request carried ``Authorization`` or
@@ -45,7 +47,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import protocols
+from control_plane.demo import metrics, protocols
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
 PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
@@ -69,6 +71,7 @@ class DemoServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    metrics: metrics.DemoMetrics | None = None    # GET /metrics when set (demo/metrics.py)
 
     def __init__(self, address, protocol: str, name: str, latency_ms: float = 0,
                  failure_rate: float = 0.0, chunk_delay_ms: float = 0,
@@ -236,6 +239,8 @@ class DemoHandler(BaseHTTPRequestHandler):
                                       "protocol": self.server.protocol,
                                       "streams": self.server.streams})
             return
+        if metrics.handle(self, "GET", path):
+            return
         if self.server.protocol == "openai" and path == "/v1/models":
             if not self._injected_fault(inference=False):
                 self._send_json(200, {"object": "list", "data": [
@@ -252,6 +257,8 @@ class DemoHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         path = self.path.split("?", 1)[0]
         try:
+            if metrics.handle(self, "POST", path):
+                return
             extra = protocols.route(self.server.protocol, path)
             if extra is not None:
                 handle, match = extra

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from control_plane.demo.backends import PROTOCOLS, DemoServer
+from control_plane.demo.metrics import FORMATS, DemoMetrics
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,12 +25,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, help="seed for --failure-rate")
     parser.add_argument("--access-log", action="store_true",
                         help="log each request to stderr")
+    parser.add_argument("--metrics", choices=FORMATS,
+                        help="serve GET /metrics as this model server would")
+    parser.add_argument("--metrics-used", type=float, default=0.0,
+                        help="KV-cache (vllm) or GPU memory (triton, dcgm) in use, 0..1")
+    parser.add_argument("--metrics-waiting", type=int, default=0,
+                        help="requests waiting (vllm)")
     args = parser.parse_args(argv)
     name = args.name or f"{args.protocol}-{args.port}"
     server = DemoServer((args.host, args.port), args.protocol, name,
                         latency_ms=args.latency_ms, failure_rate=args.failure_rate,
                         chunk_delay_ms=args.chunk_delay_ms, seed=args.seed,
                         access_log=args.access_log)
+    if args.metrics:
+        server.metrics = DemoMetrics(args.metrics, name, used=args.metrics_used,
+                                     waiting=args.metrics_waiting)
     print(f"demo backend {name} ({args.protocol}) on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from control_plane.models import Backend, Gpu, Model
 
@@ -64,3 +64,16 @@ def bound_fingerprint(session: Session) -> dict[str, frozenset[str]]:
 
 def changed(before: Mapping[str, frozenset[str]], after: Mapping[str, frozenset[str]]) -> bool:
     return dict(before) != dict(after)
+
+
+def report(session: Session) -> list[dict]:
+    """Per class-bound model, each backend's classes and whether it may serve."""
+    reported = reported_classes(session)
+    out = []
+    for model in session.scalars(select(Model).where(Model.gpu_class.is_not(None))
+                                 .order_by(Model.id).options(selectinload(Model.backends))):
+        out.append({"model": model.name, "gpu_class": model.gpu_class, "backends": [
+            {"backend": b.name, "declared": b.gpu_class,
+             "reported": sorted(reported.get(b.name, ())),
+             "eligible": eligible(model, b, reported)} for b in model.backends]})
+    return out

@@ -164,9 +164,11 @@ class Backends(Resource[Backend]):
 
     @staticmethod
     def _metrics_pair(url: str | None, fmt: str | None) -> None:
-        if (url is None) != (fmt is None):
-            field = "metrics_format" if fmt is None else "metrics_url"
-            raise Invalid({field: "metrics_url and metrics_format are set together"})
+        if url is None and fmt is not None:
+            raise Invalid({"metrics_url": "is required when metrics_format is set "
+                                          "(clear both to stop scraping)"})
+        if fmt is None and url is not None:
+            raise Invalid({"metrics_format": "is required when metrics_url is set"})
 
     def create(self, session: Session, data: Mapping[str, Any]) -> Backend:
         self._consistent(data["protocol"], data.get("mapping_id"))

@@ -283,3 +283,28 @@ def test_sluice_demo_backend_command_takes_the_backend_options():
         assert r.json()["name"] == "cli-made"
     finally:
         procs.stop(proc)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "triton", "dcgm"])
+def test_metrics_endpoint_speaks_each_servers_prometheus_shape(fmt):
+    from control_plane.demo.metrics import DemoMetrics
+    from control_plane.services import prom_text
+
+    server = serve("openai", "127.0.0.1", 0, "m-1")
+    server.metrics = DemoMetrics(fmt, "m-1", used=0.25)
+    try:
+        r = requests.get(server.url + "/metrics", timeout=5)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+        assert prom_text.parse(r.text, fmt).free_fraction == pytest.approx(0.75)
+        bad = requests.post(server.url + "/demo/metrics", json={"used": 1.5}, timeout=5)
+        assert bad.status_code == 400 and "used" in bad.json()["error"]
+        assert requests.post(server.url + "/demo/metrics", json={"used": 0.5},
+                             timeout=5).json()["used"] == 0.5
+        r = requests.get(server.url + "/metrics", timeout=5)
+        assert prom_text.parse(r.text, fmt).free_fraction == pytest.approx(0.5)
+    finally:
+        server.shutdown()
+
+
+def test_no_metrics_endpoint_unless_asked(openai_backend):
+    assert requests.get(openai_backend.url + "/metrics", timeout=5).status_code == 404
