@@ -19,7 +19,8 @@ from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySch
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
-from control_plane.models import PROTOCOLS, Consumer, Plan, Route, RouteVersion
+from control_plane.models import (METRICS_FORMATS, PROTOCOLS, Consumer, Plan, Route,
+                                  RouteVersion)
 from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
@@ -107,6 +108,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        help="Callers use it as the \"model\" of a request."),
                  Input("timeout_ms", "Timeout (ms)", "number", default="60000",
                        help="How long a backend may take to answer, 1 to 3600000."),
+                 Input("gpu_class", "GPU class", blank_is_null=True,
+                       help="Only backends on GPUs of this class (e.g. A100) serve it. "
+                            "Empty: any."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda m: m.name), ("Timeout (ms)", lambda m: m.timeout_ms),
                   ("Backends", lambda m: len(m.backends)),
@@ -126,6 +130,14 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("auth_header", "Authorization header", "secret",
                        help="Sent to the backend as Authorization, e.g. \"Bearer sk-…\". "
                             "Write-only: it is never shown again; leave empty to keep it."),
+                 Input("gpu_class", "GPU class", blank_is_null=True,
+                       help="Declared GPU class (e.g. T4) for hosts without an agent; "
+                            "wins over what agents report."),
+                 Input("metrics_url", "Metrics URL", blank_is_null=True,
+                       help="Prometheus endpoint the controller scrapes for free "
+                            "capacity, e.g. http://host:8000/metrics."),
+                 Input("metrics_format", "Metrics format", "select", blank_is_null=True,
+                       choices=lambda _s: [(f, f) for f in METRICS_FORMATS]),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda b: b.name), ("Model", lambda b: b.model.name),
                   ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),

@@ -369,3 +369,23 @@ def test_route_made_and_edited_in_the_ui(ui, make, api):
     assert resp.status_code == 302
     route = api("get", f"/routes/{route['id']}").get_json()
     assert route["sticky"] is False and [v["percent"] for v in route["versions"]] == [90, 10]
+
+
+def test_backend_form_sets_gpu_class_and_metrics_endpoint(ui, make, api):
+    model = make("model")
+    fields = {"name": "vllm-x", "model_id": str(model["id"]), "url": "http://127.0.0.1:9",
+              "protocol": "openai", "weight": "100", "enabled": "on", "gpu_class": "A100",
+              "metrics_url": "http://127.0.0.1:9/metrics"}
+    resp = ui("/admin/backends/new", fields)          # a URL without its format
+    assert resp.status_code == 422
+    assert "is required when metrics_url is set" in resp.get_data(as_text=True)
+    assert ui("/admin/backends/new", {**fields, "metrics_format": "vllm"}).status_code == 302
+    b = api("get", "/backends").get_json()["items"][0]
+    assert (b["gpu_class"], b["metrics_url"], b["metrics_format"]) == (
+        "A100", "http://127.0.0.1:9/metrics", "vllm")
+    # emptied fields clear them again
+    path = f"/admin/backends/{b['id']}"
+    assert ui(path, {**fields, "gpu_class": "", "metrics_url": "",
+                     "metrics_format": ""}).status_code == 302
+    b = api("get", f"/backends/{b['id']}").get_json()
+    assert (b["gpu_class"], b["metrics_url"], b["metrics_format"]) == (None, None, None)
