@@ -215,6 +215,7 @@ class Controller:
         log.info("controller stopped")
 
     def close(self) -> None:
+        self.weights.scraper.close()
         self._http.close()
         self._engine.dispose()
 
