@@ -66,7 +66,8 @@ def _gateway(args: argparse.Namespace) -> int:
         prefix=Path(args.prefix), token=settings.gateway_token, workers=args.workers,
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
-        log_excerpts=settings.log_excerpts))
+        log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
+        redis_failure=settings.redis_failure))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 
 class SettingsError(ValueError):
@@ -31,6 +31,10 @@ class Settings:
     gateway_host: str = "0.0.0.0"
     internal_host: str = "127.0.0.1"
     log_excerpts: int = 0
+    # cluster mode: limits and quotas shared by every gateway through one Redis;
+    # what a gateway does while Redis fails (see docs/contracts.md, "Cluster mode")
+    redis_url: str | None = None
+    redis_failure: str = "open"
     controller_interval: float = 0.5
     push_timeout: float = 5.0
     config_file: str | None = None
@@ -127,6 +131,46 @@ def _bool(value: str) -> bool:
     if value in ("0", "false", "no", "off", ""):
         return False
     raise ValueError("must be true or false")
+
+
+@dataclass(frozen=True)
+class RedisURL:
+    host: str
+    port: int = 6379
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_redis_url(value: str) -> RedisURL:
+    """`redis://[[user]:password@]host[:port][/db]`."""
+    parts = urlsplit(value.strip())
+    if parts.scheme != "redis" or not parts.hostname:
+        raise ValueError("must be a URL such as redis://[:password@]host:6379/0")
+    if parts.query or parts.fragment:
+        raise ValueError("takes no query or fragment")
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError("the database must be a number such as /0")
+    return RedisURL(host=parts.hostname, port=parts.port or 6379, db=int(path or 0),
+                    username=unquote(parts.username) if parts.username else None,
+                    password=unquote(parts.password) if parts.password else None)
+
+
+def _redis_url(value: str) -> str | None:
+    value = value.strip()
+    if value:
+        parse_redis_url(value)
+    return value or None
+
+
+def _redis_failure(value: str) -> str:
+    value = value.strip().lower() or "open"
+    if value not in ("open", "closed"):
+        raise ValueError("must be open or closed")
+    return value
+
+
 def _slas(value: str) -> tuple[tuple[str, float], ...]:
     """`chat-demo=1500,sentiment-demo=200`: milliseconds per model name."""
     out = []
@@ -171,6 +215,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_GATEWAY_HOST": ("gateway_host", lambda v: v.strip() or "0.0.0.0"),
     "SLUICE_INTERNAL_HOST": ("internal_host", lambda v: v.strip() or "127.0.0.1"),
     "SLUICE_LOG_EXCERPTS": ("log_excerpts", _chars),
+    "SLUICE_REDIS_URL": ("redis_url", _redis_url),
+    "SLUICE_REDIS_FAILURE": ("redis_failure", _redis_failure),
     "SLUICE_CONTROLLER_INTERVAL": ("controller_interval", _positive_float),
     "SLUICE_PUSH_TIMEOUT": ("push_timeout", _positive_float),
     "SLUICE_SECRET_KEY": ("secret_key", _str),
@@ -193,6 +239,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_WEIGHTS_INTERVAL": ("weights_interval", _positive_float),
     "SLUICE_WEIGHT_COEFFICIENTS": ("weight_coefficients", _coefficients),
 }
+
+
+# values that may carry a password: errors name the variable, not its value
+_SECRET_VARIABLES = {"SLUICE_REDIS_URL"}
 
 
 def read_config_file(path: str) -> dict[str, str]:
@@ -238,5 +288,6 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
             reason = str(exc)
             if reason.startswith(("invalid literal", "could not convert")):
                 reason = "expected a number"
-            raise SettingsError(f"{name}={raw!r}: {reason}") from None
+            shown = "<redacted>" if name in _SECRET_VARIABLES else repr(raw)
+            raise SettingsError(f"{name}={shown}: {reason}") from None
     return Settings(**kwargs)

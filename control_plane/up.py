@@ -100,6 +100,13 @@ def _first_admin(db_url: str, password: str) -> str | None:
         engine.dispose()
 
 
+def _gateway_settings() -> dict:
+    """What the environment (through load_settings) sets for the gateway."""
+    s = load_settings()
+    return {"log_excerpts": s.log_excerpts, "redis_url": s.redis_url,
+            "redis_failure": s.redis_failure}
+
+
 @dataclass
 class Stack:
     var: Path
@@ -145,7 +152,7 @@ class Stack:
                                              internal_port=internal_port,
                                              token=creds["gateway_token"],
                                              workers=self.workers,
-                                             log_excerpts=load_settings().log_excerpts))
+                                             **_gateway_settings()))
         self.gateway.start()
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what Sluice needs on Debian 12, idempotently: quick when all is there.
 #   - Debian packages: nginx with the OpenResty Lua stack, PostgreSQL, wrk, venv,
+#     redis-server (the tests start their own, never the system one),
 #     and Chromium with its WebDriver for the admin UI's browser tests.
 #   - .venv with the Python dependencies of pyproject.toml (re-installed when it changes).
 set -euo pipefail
@@ -13,9 +14,10 @@ PACKAGES=(
   chromium chromium-driver
 )
 
-# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests; images that
-# only run Sluice skip it (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus)
+# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
+# start their own redis-server (cluster mode); images that only run Sluice skip both
+# (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over the network).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -25,7 +27,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  # The system nginx and PostgreSQL services are not used: Sluice runs its own
+  # The system nginx, PostgreSQL and Redis services are not used: Sluice runs its own
   # processes with their own prefixes. policy-rc.d keeps the packages from starting them.
   $SUDO sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
   $SUDO apt-get update -qq

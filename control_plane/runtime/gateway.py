@@ -16,6 +16,7 @@ workers) and `tmp/` (nginx's temp paths).
 from __future__ import annotations
 
 import grp
+import ipaddress
 import os
 import pwd
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 import requests
 
 from control_plane.runtime import procs
+from control_plane.settings import parse_redis_url
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
@@ -59,12 +61,64 @@ class GatewayConfig:
     client_max_body_size: str = "1m"
     # Characters of each request body kept, PII-masked, in the access log; 0 = none.
     log_excerpts: int = 0
+    # Cluster mode: redis://[[user]:password@]host[:port][/db] shared by the gateways
+    # for rate limits and quotas; on Redis failure fall back to local counters
+    # ("open") or refuse limited requests with 503 ("closed").
+    redis_url: str | None = None
+    redis_failure: str = "open"
     lua_root: Path = field(default_factory=lambda: REPO / "lua")
     error_log_level: str = "warn"
 
 
 def _is_root() -> bool:
     return os.geteuid() == 0
+
+
+def _lua_str(value: str) -> str:
+    """A Lua string literal for any text: bytes outside a safe set become \\ddd."""
+    safe = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:/@+")
+    return '"' + "".join(chr(b) if b in safe else f"\\{b:03d}"
+                         for b in value.encode()) + '"'
+
+
+def _nameservers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
+    out = []
+    for line in resolv_conf.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            addr = parts[1].split("%")[0]
+            out.append(f"[{addr}]" if ":" in addr else addr)
+    return out
+
+
+def _redis(cfg: GatewayConfig) -> tuple[str, str]:
+    """The Lua table of Redis options for phases.init ("nil" without Redis) and the
+    resolver directive nginx needs when the Redis host is a name (cosockets do not
+    read /etc/hosts; "localhost" is taken as 127.0.0.1)."""
+    if not cfg.redis_url:
+        return "nil", "# no Redis: no resolver needed"
+    if cfg.redis_failure not in ("open", "closed"):
+        raise ValueError("redis_failure must be open or closed")
+    url = parse_redis_url(cfg.redis_url)
+    host, resolver = url.host, "# Redis is addressed by IP: no resolver needed"
+    if host == "localhost":
+        host = "127.0.0.1"
+    else:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            servers = _nameservers()
+            if not servers:
+                raise ValueError(f"Redis host {host!r} is a name, and /etc/resolv.conf "
+                                 "names no nameserver to resolve it") from None
+            resolver = f"resolver {' '.join(servers)} valid=30s;"
+    fields = [f"host = {_lua_str(host)}", f"port = {int(url.port)}", f"db = {int(url.db)}",
+              f"failure = {_lua_str(cfg.redis_failure)}"]
+    if url.username:
+        fields.append(f"user = {_lua_str(url.username)}")
+    if url.password:
+        fields.append(f"password = {_lua_str(url.password)}")
+    return "{ " + ", ".join(fields) + " }", resolver
 
 
 def render(cfg: GatewayConfig) -> str:
@@ -79,6 +133,7 @@ def render(cfg: GatewayConfig) -> str:
     if int(cfg.port) == int(cfg.internal_port):
         # nginx would quietly merge both servers on one socket, public one first
         raise ValueError("port and internal_port must differ")
+    redis, resolver = _redis(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
@@ -92,6 +147,8 @@ def render(cfg: GatewayConfig) -> str:
         "internal_host": cfg.internal_host,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
+        "redis": redis,
+        "resolver_directive": resolver,
     }
 
     def fill(m: re.Match) -> str:

@@ -32,6 +32,9 @@
 -- Quotas: one counter per consumer, scope and UTC day or month, incremented before
 -- forwarding and given back when the request is refused later in access (token
 -- quotas: see tokens.lua).
+--
+-- Cluster mode (Redis configured): redis_limits.lua replaces take, count, uncount and
+-- add with Redis-backed versions shared by every gateway; these stay its fallback.
 local ngx = ngx
 local ngx_now = ngx.now
 local ngx_time = ngx.time

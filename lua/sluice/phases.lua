@@ -32,6 +32,7 @@ local _M = {}
 function _M.init(opts)
     internal.init(opts.token)
     require("sluice.pii").configure(opts.log_excerpts)
+    require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
     -- `nginx -s reload` the dict still holds the served snapshot and wins.
     config.init()

@@ -16,6 +16,7 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.runtime.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,7 +149,12 @@ def gateway_factory(prefix):
     started: list[Gateway] = []
 
     def make(cfg: GatewayConfig | None = None, **over) -> Gateway:
-        gw = Gateway(cfg or _config(prefix, **over))
+        # a second gateway of the same test gets a prefix of its own
+        own = prefix / f"gw{len(started)}" if started else prefix
+        if started:
+            own.mkdir()
+            own.chmod(0o755)
+        gw = Gateway(cfg or _config(own, **over))
         gw.start(log_to=prefix / "nginx.out")
         started.append(gw)
         return gw
@@ -162,6 +168,19 @@ def gateway_factory(prefix):
         bad = [line for line in log.splitlines()
                if any(s in line for s in ("runtime error", "[alert]", "[emerg]", "[crit]"))]
         assert not bad, "\n".join(bad)
+
+
+@pytest.fixture
+def redis_server():
+    """A private, empty redis-server on a free port (never the machine's own); a
+    missing redis-server fails the test loudly."""
+    workdir = Path(tempfile.mkdtemp(prefix="sluice-redis-"))
+    server = RedisServer.start(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

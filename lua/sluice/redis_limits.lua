@@ -1,0 +1,334 @@
+-- Cluster mode: with Redis configured (SLUICE_REDIS_URL), rate limits and request /
+-- token quotas are counted in one Redis shared by every gateway, so a plan holds
+-- across the cluster instead of per gateway.
+--
+--   configure(opts)   init phase: when opts.redis is set, limits.take / count /
+--                     uncount / add are replaced by the versions below, which fall
+--                     back to the shared-dict ones (captured here) when Redis fails
+--
+-- Each operation is one EVALSHA of a small script, atomic in Redis:
+--   GCRA   the same token bucket as limits.lua, TAT in microseconds of Redis's
+--          clock (TIME), so gateways with skewed clocks still share one bucket
+--   COUNT  INCRBY; EXPIREAT the end of the UTC day / month (+60 s) on creation;
+--          over the limit -> DECRBY back, refused
+--   ADD    INCRBY on an existing counter only (token settlement, quota give-back)
+-- Keys are the shared-dict keys under "sluice:"; the prefix also tells a Redis
+-- counter from a local one when count()'s key comes back to uncount() / add().
+-- Period keys use the gateway's own UTC day / month: gateways need synced clocks.
+--
+-- Cosockets only where nginx allows them: access (take, count, uncount) run inline;
+-- a settlement from body_filter or log goes through ngx.timer.at(0).
+--
+-- Failure (connect/read timeout TIMEOUT_MS, refused, error reply): the gateway skips
+-- Redis for RETRY_S (key "redis_down" in sluice_limits, for all its workers), then
+-- tries again. Meanwhile, with failure = "open", this gateway's own shared-dict
+-- counters decide (each gateway admits a full plan's worth); with "closed", limited
+-- requests get 503 backend_unavailable. Either way sluice_redis_errors_total counts
+-- the failures, sluice_redis_bypassed_total the decisions taken without Redis, and
+-- the error log says so once per LOG_EVERY_S per worker.
+-- Honest leftovers: a request refused by a later limit gives back the quotas it
+-- counted; if Redis fails between the two, that give-back is lost (one request too
+-- many counted). Concurrency limits stay per gateway (see docs/contracts.md).
+local limits = require("sluice.limits")
+local errors = require("sluice.errors")
+local metrics = require("sluice.metrics")
+
+local ngx = ngx
+local ngx_now = ngx.now
+local ngx_time = ngx.time
+local ngx_log = ngx.log
+local ngx_sha1_bin = ngx.sha1_bin
+local get_phase = ngx.get_phase
+local timer_at = ngx.timer.at
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local fmt = string.format
+local str_byte = string.byte
+local str_sub = string.sub
+local str_find = string.find
+local str_gsub = string.gsub
+local os_date = os.date
+local tonumber = tonumber
+local type = type
+local tostring = tostring
+local ceil = math.ceil
+local floor = math.floor
+local max = math.max
+
+local dict = ngx.shared.sluice_limits
+
+local NS = "sluice:"
+local TIMEOUT_MS = 100      -- connect, send and read, each
+local POOL_SIZE = 64        -- idle connections kept per worker
+local IDLE_MS = 60000
+local RETRY_S = 1           -- after a failure, decide without Redis this long
+local LOG_EVERY_S = 10
+local DOWN_KEY = "redis_down"
+
+-- phases where cosockets work
+local COSOCKET = { rewrite = true, access = true, content = true, timer = true }
+
+-- what a counter prefix counts, for messages and the error metric
+local QUOTAS = { ["qd:"] = "daily", ["qm:"] = "monthly", ["tm:"] = "tokens" }
+
+local function script(src)
+    local sha = str_gsub(ngx_sha1_bin(src), ".", function(c)
+        return fmt("%02x", str_byte(c))
+    end)
+    return { src = src, sha = sha }
+end
+
+-- KEYS[1] bucket; ARGV: T (us per token), capacity (burst * T, us).
+-- Returns {admitted 0|1, "ahead" = max(TAT, now) + T - now in us}.
+local GCRA = script([[
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local T, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local ahead = tat + T - now
+if ahead <= cap then
+  redis.call('SET', KEYS[1], string.format('%.0f', tat + T),
+             'PX', math.max(1, math.ceil(ahead / 1000)))
+  return {1, string.format('%.0f', ahead)}
+end
+return {0, string.format('%.0f', ahead)}
+]])
+
+-- KEYS[1] counter; ARGV: amount, limit, expire at (unix s). 1 counted, 0 refused.
+local COUNT = script([[
+local amount = tonumber(ARGV[1])
+local n = redis.call('INCRBY', KEYS[1], amount)
+if n == amount then redis.call('EXPIREAT', KEYS[1], ARGV[3]) end
+if n > tonumber(ARGV[2]) then
+  redis.call('DECRBY', KEYS[1], amount)
+  return 0
+end
+return 1
+]])
+
+-- KEYS[1] counter; ARGV[1] delta. A counter that has expired is left alone.
+local ADD = script([[
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return false
+]])
+
+local _M = {}
+
+metrics.register("sluice_redis_errors_total", "counter",
+                 "Redis operations of the cluster-wide limits that failed (timeout, "
+                 .. "refused, error reply), by operation.", { "op" })
+metrics.register("sluice_redis_bypassed_total", "counter",
+                 "Limit decisions taken without Redis while it was failing: by this "
+                 .. "gateway's own counters (local) or refused with 503 (refused).",
+                 { "outcome" })
+
+-- set by configure (init phase), read-only afterwards
+local redis_mod, host, port, db, user, password, fail_open
+local pool_opts
+local local_take, local_count, local_uncount, local_add
+
+local log_after = 0         -- per worker: when the next outage line may be logged
+
+local function failed(op, err)
+    metrics.inc("sluice_redis_errors_total", 1, op)
+    dict:set(DOWN_KEY, true, RETRY_S)
+    local now = ngx_now()
+    if now >= log_after then
+        log_after = now + LOG_EVERY_S
+        ngx_log(ERR, "redis ", host, ":", port, " failed (", op, ": ", tostring(err), "); ",
+                fail_open and "limits fall back to this gateway's own counters"
+                          or "limited requests are refused with 503",
+                " for ", RETRY_S, " s at a time (logged at most every ", LOG_EVERY_S, " s)")
+    end
+end
+
+-- One script run on a pooled connection. Returns the reply, or nil and an error.
+local function run(s, key, ...)
+    local red = redis_mod:new()
+    red:set_timeout(TIMEOUT_MS)
+    local ok, err = red:connect(host, port, pool_opts)
+    if not ok then
+        return nil, "connect: " .. tostring(err)
+    end
+    if red:get_reused_times() == 0 then
+        if password then
+            if user then
+                ok, err = red:auth(user, password)
+            else
+                ok, err = red:auth(password)
+            end
+            if not ok then
+                red:close()
+                return nil, "auth: " .. tostring(err)
+            end
+        end
+        if db ~= 0 then
+            ok, err = red:select(db)
+            if not ok then
+                red:close()
+                return nil, "select: " .. tostring(err)
+            end
+        end
+    end
+    local res
+    res, err = red:evalsha(s.sha, 1, key, ...)
+    if res == false and str_find(err, "NOSCRIPT", 1, true) then
+        -- first use on this Redis (or after a restart / SCRIPT FLUSH): EVAL loads it
+        res, err = red:eval(s.src, 1, key, ...)
+    end
+    if res == nil then
+        red:close()
+        return nil, err
+    end
+    red:set_keepalive(IDLE_MS, POOL_SIZE)
+    if res == false then
+        return nil, err
+    end
+    return res
+end
+
+local function up()
+    return not dict:get(DOWN_KEY)
+end
+
+local function unavailable(what)
+    metrics.inc("sluice_redis_bypassed_total", 1, "refused")
+    return errors.exit(503, "backend_unavailable", "the " .. what .. " cannot be checked: "
+                       .. "the cluster's limit store (Redis) is unavailable",
+                       { retry_after = RETRY_S })
+end
+
+local function take(key, rate, burst)
+    if up() then
+        local T = max(1, floor(1e6 / rate + 0.5))
+        local cap = burst * T
+        local res, err = run(GCRA, NS .. key, fmt("%.0f", T), fmt("%.0f", cap))
+        if res then
+            local ahead = tonumber(res[2])
+            if res[1] == 1 then
+                return true, floor((cap - ahead) / T), ceil(ahead / 1e6)
+            end
+            return false, 0, ceil((ahead - T) / 1e6), max(1, ceil((ahead - cap) / 1e6))
+        end
+        failed("rate", err)
+    end
+    if fail_open then
+        metrics.inc("sluice_redis_bypassed_total", 1, "local")
+        return local_take(key, rate, burst)
+    end
+    return unavailable("rate limit")
+end
+
+-- The counter key and seconds left in the current UTC day ("d") or month ("m"),
+-- recomputed once a second per worker, as in limits.count.
+local period_sec, day_str, day_ttl, month_str, month_ttl
+
+local function period_key(prefix, period, now)
+    if now ~= period_sec then
+        period_sec = now
+        day_str, day_ttl = os_date("!%Y%m%d", now), limits.to_next_day(now)
+        month_str, month_ttl = os_date("!%Y%m", now), limits.to_next_month(now)
+    end
+    if period == "d" then
+        return prefix .. day_str, day_ttl
+    end
+    return prefix .. month_str, month_ttl
+end
+
+local function count(prefix, period, limit, amount)
+    amount = amount or 1
+    local what = QUOTAS[str_sub(prefix, 1, 3)] or "quota"
+    if up() then
+        local now = ngx_time()
+        local key, ttl = period_key(prefix, period, now)
+        local res, err = run(COUNT, NS .. key, amount, limit, now + ttl + 60)
+        if res == 1 then
+            return true, NS .. key
+        elseif res == 0 then
+            return false, ttl
+        end
+        failed(what, err)
+    end
+    if fail_open then
+        metrics.inc("sluice_redis_bypassed_total", 1, "local")
+        return local_count(prefix, period, limit, amount)
+    end
+    return unavailable(what == "tokens" and "token quota" or what .. " request quota")
+end
+
+local function settle_now(key, delta)
+    local res, err = run(ADD, key, delta)
+    if res == nil and err then
+        failed("settle", err)
+    end
+end
+
+-- also when premature (worker shutting down): cosockets still work there
+local function settle_timer(_, key, delta)
+    settle_now(key, delta)
+end
+
+-- Add `delta` to a Redis counter: inline where cosockets work, else from a timer.
+local function settle(key, delta)
+    if COSOCKET[get_phase()] then
+        return settle_now(key, delta)
+    end
+    local ok, err = timer_at(0, settle_timer, key, delta)
+    if not ok then
+        metrics.inc("sluice_redis_errors_total", 1, "settle")
+        ngx_log(WARN, "redis settlement of ", key, " lost: ", err)
+    end
+end
+
+local function is_redis_key(key)
+    return str_sub(key, 1, #NS) == NS
+end
+
+local function uncount(key)
+    if is_redis_key(key) then
+        return settle(key, -1)
+    end
+    return local_uncount(key)
+end
+
+local function add(key, delta)
+    if is_redis_key(key) then
+        return settle(key, delta)
+    end
+    return local_add(key, delta)
+end
+
+-- Init phase. opts: nil (no Redis: nothing changes) or
+-- { host, port, db, user, password, failure = "open" | "closed" }.
+function _M.configure(opts)
+    if not opts then
+        return
+    end
+    if type(opts.host) ~= "string" or type(opts.port) ~= "number" then
+        error("redis options need host and port", 2)
+    end
+    if opts.failure ~= "open" and opts.failure ~= "closed" then
+        error("redis failure must be open or closed", 2)
+    end
+    local ok, mod = pcall(require, "resty.redis")      -- OpenResty's name
+    if not ok then
+        mod = require("nginx.redis")                    -- Debian's lua-nginx-redis
+    end
+    redis_mod = mod
+    host, port, db = opts.host, opts.port, opts.db or 0
+    user, password = opts.user, opts.password
+    fail_open = opts.failure == "open"
+    pool_opts = { pool = "sluice-redis:" .. host .. ":" .. port .. ":" .. db }
+    local_take, local_count = limits.take, limits.count
+    local_uncount, local_add = limits.uncount, limits.add
+    limits.take, limits.count = take, count
+    limits.uncount, limits.add = uncount, add
+end
+
+_M.NS = NS
+_M.RETRY_S = RETRY_S
+
+return _M
