@@ -11,6 +11,8 @@ Starts, in one temporary prefix:
             token-bucket rate limit, concurrency limit, daily request quota and
             monthly token quota (reservation + usage read from the answer), all
             set high enough never to refuse;
+  policy+redis  (--redis) the policy target on a second gateway in cluster mode,
+            its limits counted in a private redis-server;
 
 then runs wrk (bench/chat.lua: a small chat body with an API key) against baseline
 and sluice in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
@@ -164,7 +166,7 @@ def bench_snapshot(upstream_port: int, key: str, policy_key: str) -> dict:
 
 
 def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
-                  policy_key: str):
+                  policy_key: str, redis_url: str | None = None):
     try:
         from control_plane.runtime.gateway import Gateway, GatewayConfig
     except ImportError as exc:
@@ -173,7 +175,7 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
     port, internal_port = free_ports(2)
     cfg = GatewayConfig(prefix=prefix, port=port, internal_port=internal_port,
                         token="bench-" + hashlib.sha256(key.encode()).hexdigest()[:16],
-                        workers=workers)
+                        workers=workers, redis_url=redis_url)
     gateway = Gateway(cfg)
     try:
         gateway.start()
@@ -207,7 +209,7 @@ def check_answers(name: str, url: str, key: str | None) -> None:
             from None
     if content != UPSTREAM_ANSWER["choices"][0]["message"]["content"]:
         raise BenchError(f"{name} did not pass the upstream answer through: {content!r}")
-    if name == "policy" and "X-RateLimit-Limit" not in resp.headers:
+    if name.startswith("policy") and "X-RateLimit-Limit" not in resp.headers:
         raise BenchError("policy answered without X-RateLimit-Limit: the plan was not applied")
 
 
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-only", action="store_true",
                         help="measure plain nginx alone (no gateway)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--redis", action="store_true",
+                        help="also the policy target on a gateway in cluster mode (Redis)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary prefix (configs, logs)")
     args = parser.parse_args(argv)
@@ -309,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     policy_key = key + "-plan"
     procs: list = []
     gateway = None
+    gateways: list = []
+    redis = None
     try:
         upstream_port, baseline_port = free_ports(2)
         procs.append(start_nginx(top / "upstream", 1, upstream_http(upstream_port),
@@ -322,8 +328,17 @@ def main(argv: list[str] | None = None) -> int:
                                     policy_key)
             targets["sluice"] = (gateway.url.rstrip("/"), key)
             targets["policy"] = (gateway.url.rstrip("/"), policy_key)
+            if args.redis:
+                from control_plane.runtime.redis_server import RedisServer
+
+                redis = RedisServer.start(top / "redis")
+                gateways.append(start_gateway(top / "gateway-redis", args.workers,
+                                              upstream_port, key, policy_key, redis.url))
+                targets["policy+redis"] = (gateways[-1].url.rstrip("/"), policy_key)
         for name, (url, k) in targets.items():
             check_answers(name, url, k)
+        if redis is not None and not redis.command("KEYS", "sluice:qd:*"):
+            raise BenchError("policy+redis did not count in Redis (see its error.log)")
 
         print(f"# {len(targets)} targets, {args.rounds} rounds x {args.duration:g}s, "
               f"{args.connections} connections, wrk -t{threads}, "
@@ -333,13 +348,13 @@ def main(argv: list[str] | None = None) -> int:
                 run_wrk(url, k, args.warmup, args.connections, threads)
 
         results: dict[str, list[dict]] = {name: [] for name in targets}
-        print(f"{'target':<9} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
               f"{'non-2xx':>8} {'sock err':>8}")
         for rnd in range(1, args.rounds + 1):
             for name, (url, k) in targets.items():
                 r = run_wrk(url, k, args.duration, args.connections, threads)
                 results[name].append(r)
-                print(f"{name:<9} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
+                print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
                       f"{r['p99_ms']:>8.3f} {r['non_2xx']:>8} {r['socket_errors']:>8}",
                       flush=True)
 
@@ -347,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                           for k in ("rps", "p50_ms", "p99_ms")}
                    for name, runs in results.items()}
         for name, s in summary.items():
-            print(f"{name:<9} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
+            print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
                   f"{s['p99_ms']:>8.3f}")
-        for name in ("sluice", "policy"):
+        for name in ("sluice", "policy", "policy+redis"):
             if name not in summary:
                 continue
             b, s = summary["baseline"], summary[name]
@@ -357,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
                   f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, "
                   f"p99 x{s['p99_ms'] / b['p99_ms']:.2f}")
-            summary["ratio_rps" if name == "sluice" else "ratio_rps_policy"] = ratio
+            summary["ratio_rps" + {"sluice": "", "policy": "_policy"}.get(name, "_redis")] = ratio
         if args.json:
             args.json.write_text(json.dumps({
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -385,11 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
     finally:
-        if gateway is not None:
+        for gw in [gateway, *gateways]:
             try:
-                gateway.stop()
+                if gw is not None:
+                    gw.stop()
             except Exception as exc:  # keep stopping the rest
-                print(f"warning: stopping the gateway failed: {exc}", file=sys.stderr)
+                print(f"warning: stopping a gateway failed: {exc}", file=sys.stderr)
+        if redis is not None:
+            redis.stop()
         for proc in reversed(procs):
             stop(proc)
         if args.keep:

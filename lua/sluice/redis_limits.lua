@@ -16,8 +16,9 @@
 -- counter from a local one when count()'s key comes back to uncount() / add().
 -- Period keys use the gateway's own UTC day / month: gateways need synced clocks.
 --
--- Cosockets only where nginx allows them: access (take, count, uncount) run inline;
--- a settlement from body_filter or log goes through ngx.timer.at(0).
+-- Cosockets only where nginx allows them: access (take, count, uncount) and the
+-- error page run inline; settlements from body_filter or log are summed per counter
+-- in the worker and sent every FLUSH_S from one ngx.timer.at.
 --
 -- Failure (connect/read timeout TIMEOUT_MS, refused, error reply): the gateway skips
 -- Redis for RETRY_S (key "redis_down" in sluice_limits, for all its workers), then
@@ -49,6 +50,7 @@ local str_find = string.find
 local str_gsub = string.gsub
 local os_date = os.date
 local tonumber = tonumber
+local pairs = pairs
 local type = type
 local tostring = tostring
 local ceil = math.ceil
@@ -63,6 +65,7 @@ local POOL_SIZE = 64        -- idle connections kept per worker
 local IDLE_MS = 60000
 local RETRY_S = 1           -- after a failure, decide without Redis this long
 local LOG_EVERY_S = 10
+local FLUSH_S = 0.05        -- settlements from body_filter / log wait at most this
 local DOWN_KEY = "redis_down"
 
 -- phases where cosockets work
@@ -266,20 +269,42 @@ local function settle_now(key, delta)
     end
 end
 
--- also when premature (worker shutting down): cosockets still work there
-local function settle_timer(_, key, delta)
-    settle_now(key, delta)
+-- Settlements from body_filter / log: summed per counter in this worker and sent
+-- every FLUSH_S from one timer, so a busy consumer costs one ADD per FLUSH_S rather
+-- than a timer and a round trip per request. Also runs when premature (worker
+-- shutting down): cosockets still work there.
+local pending, flush_scheduled = {}, false
+
+local function flush()
+    flush_scheduled = false
+    local batch = pending
+    pending = {}
+    local live = up()      -- while Redis is failing, drop them (counted) without waiting
+    for key, delta in pairs(batch) do
+        if delta ~= 0 then
+            if live then
+                settle_now(key, delta)
+            else
+                metrics.inc("sluice_redis_errors_total", 1, "settle")
+            end
+        end
+    end
 end
 
--- Add `delta` to a Redis counter: inline where cosockets work, else from a timer.
+-- Add `delta` to a Redis counter: inline where cosockets work, else batched.
 local function settle(key, delta)
     if COSOCKET[get_phase()] then
         return settle_now(key, delta)
     end
-    local ok, err = timer_at(0, settle_timer, key, delta)
-    if not ok then
-        metrics.inc("sluice_redis_errors_total", 1, "settle")
-        ngx_log(WARN, "redis settlement of ", key, " lost: ", err)
+    pending[key] = (pending[key] or 0) + delta
+    if not flush_scheduled then
+        local ok, err = timer_at(FLUSH_S, flush)
+        if not ok then
+            metrics.inc("sluice_redis_errors_total", 1, "settle")
+            ngx_log(WARN, "redis settlements delayed: ", err)   -- the next one retries
+            return
+        end
+        flush_scheduled = true
     end
 end
 
