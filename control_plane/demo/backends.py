@@ -27,6 +27,8 @@ Fault injection, per request through request headers (they override the flags):
 - ``X-Demo-Status: S``: answer status S with an error body in the protocol's shape;
 - ``X-Demo-Chunk-Delay-Ms: N``: sleep N ms between SSE chunks.
 
+``--loading-seconds N``: the model loads for N seconds (``readiness.py``).
+
 ``--failure-rate F`` makes a fraction F of inference requests answer 500 (``/health``
 is exempt, so a flaky backend still looks alive to health checks).
 
@@ -47,7 +49,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import metrics, protocols
+from control_plane.demo import metrics, protocols, readiness
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
 PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
@@ -75,7 +77,8 @@ class DemoServer(ThreadingHTTPServer):
 
     def __init__(self, address, protocol: str, name: str, latency_ms: float = 0,
                  failure_rate: float = 0.0, chunk_delay_ms: float = 0,
-                 seed: int | None = None, access_log: bool = False):
+                 seed: int | None = None, access_log: bool = False,
+                 loading_s: float = 0.0):
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         if not 0.0 <= failure_rate <= 1.0:
@@ -86,6 +89,7 @@ class DemoServer(ThreadingHTTPServer):
         self.failure_rate = failure_rate
         self.chunk_delay_ms = chunk_delay_ms
         self.access_log = access_log
+        self.readiness = readiness.Readiness(loading_s)
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         # Streams that ran to [DONE] and streams whose reader went away mid-way,
@@ -233,6 +237,8 @@ class DemoHandler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
+        if readiness.handle_get(self, path):
+            return
         if path == "/health":
             if not self._injected_fault(inference=False):
                 self._send_json(200, {"status": "ok", "name": self.server.name,
@@ -256,6 +262,8 @@ class DemoHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
+        if readiness.handle_post(self, path):
+            return
         try:
             if metrics.handle(self, "POST", path):
                 return
@@ -386,14 +394,15 @@ def _text(content) -> str:
 
 def serve(protocol: str, host: str, port: int, name: str, latency_ms: float = 0,
           failure_rate: float = 0.0, *, chunk_delay_ms: float = 0,
-          seed: int | None = None, access_log: bool = False) -> DemoServer:
+          seed: int | None = None, access_log: bool = False,
+          loading_s: float = 0.0) -> DemoServer:
     """Start a demo backend on a daemon thread and return it (call ``.shutdown()``).
 
     ``port`` 0 picks a free port; read it back from ``.port``.
     """
     server = DemoServer((host, port), protocol, name, latency_ms=latency_ms,
                         failure_rate=failure_rate, chunk_delay_ms=chunk_delay_ms,
-                        seed=seed, access_log=access_log)
+                        seed=seed, access_log=access_log, loading_s=loading_s)
     return server.start()
 
 

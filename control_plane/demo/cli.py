@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="sleep between SSE chunks")
     parser.add_argument("--failure-rate", type=float, default=0.0,
                         help="fraction of inference requests answered 500")
+    parser.add_argument("--loading-seconds", type=float, default=0,
+                        help="report the model loading (503) for this long after start")
     parser.add_argument("--seed", type=int, help="seed for --failure-rate")
     parser.add_argument("--access-log", action="store_true",
                         help="log each request to stderr")
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     server = DemoServer((args.host, args.port), args.protocol, name,
                         latency_ms=args.latency_ms, failure_rate=args.failure_rate,
                         chunk_delay_ms=args.chunk_delay_ms, seed=args.seed,
-                        access_log=args.access_log)
+                        access_log=args.access_log, loading_s=args.loading_seconds)
     if args.metrics:
         server.metrics = DemoMetrics(args.metrics, name, used=args.metrics_used,
                                      waiting=args.metrics_waiting)

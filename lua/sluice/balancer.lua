@@ -10,6 +10,7 @@
 local ngx_balancer = require("ngx.balancer")
 local weights = require("sluice.weights")
 local breaker = require("sluice.breaker")
+local health = require("sluice.health")
 local stats = require("sluice.stats")
 local metrics = require("sluice.metrics")
 
@@ -47,13 +48,16 @@ local CIRCUIT_CODE = { closed = 0, open = 1, half_open = 2 }
 
 -- Rebuild pool.eff (effective weights) when something they depend on moved.
 local function refresh(pool, now)
-    local wgen, bgen = weights.gen(), breaker.gen()
-    if wgen == pool.w_gen and bgen == pool.b_gen and now < pool.next_refresh then
+    local wgen, bgen, hgen = weights.gen(), breaker.gen(), health.gen()
+    if wgen == pool.w_gen and bgen == pool.b_gen and hgen == pool.h_gen
+       and now < pool.next_refresh then
         return
     end
     local tbl = weights.current()
     local f = weights.decay_factor()
     local next_refresh = f < 1 and now + 1 or huge   -- decaying: step once a second
+    local lapse = health.expires_at()                 -- pushed health states end then
+    if lapse > now and lapse < next_refresh then next_refresh = lapse end
     local backends, static, eff, open = pool.backends, pool.weights, pool.eff, pool.open
     local usable = 0
     for i = 1, pool.n do
@@ -65,11 +69,12 @@ local function refresh(pool, now)
             w = 0
             if until_ < next_refresh then next_refresh = until_ end
         end
+        if health.loading(id, now) then w = 0 end   -- loading: no traffic (health.lua)
         eff[i] = w
         if w > 0 then usable = usable + 1 end
     end
     pool.usable = usable
-    pool.w_gen, pool.b_gen, pool.next_refresh = wgen, bgen, next_refresh
+    pool.w_gen, pool.b_gen, pool.h_gen, pool.next_refresh = wgen, bgen, hgen, next_refresh
 end
 
 -- Can a retry go from backend `a` to backend `b`? It reuses the request nginx
@@ -208,15 +213,16 @@ function _M.export_metrics(snap)
     end
 end
 
--- The n-th comma-separated item of an nginx upstream variable ("502, 200").
+-- The n-th item of an nginx upstream variable: "502, 200" (retries), "504 : 200"
+-- (a second upstream after an internal redirect: the model's fallback).
 local function item(s, n)
     local pos = 1
     for _ = 2, n do
-        local comma = str_find(s, ",", pos, true)
+        local comma = str_find(s, "[,:]", pos)
         if not comma then return nil end
         pos = comma + 2
     end
-    local comma = str_find(s, ",", pos, true)
+    local comma = str_find(s, "[,:]", pos)
     return str_sub(s, pos, comma and comma - 1 or -1)
 end
 

@@ -107,6 +107,10 @@ function _M.validate(s)
         if not is_object(m) then return nil, where .. ": must be an object" end
         if m.name ~= nil and m.name ~= name then return nil, where .. ".name: must equal its key" end
         if not is_int(m.timeout_ms, 1) then return nil, where .. ".timeout_ms: must be an integer >= 1" end
+        local fb = m.fallback_model
+        if fb ~= nil and fb ~= json_null and (type(fb) ~= "string" or fb == name) then
+            return nil, where .. ".fallback_model: must be null or another model's name"
+        end
         if m.cache_ttl_s ~= nil and not is_int(m.cache_ttl_s, 0) then
             return nil, where .. ".cache_ttl_s: must be an integer >= 0"
         end
@@ -204,6 +208,8 @@ local function compile(s)
         models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools,
                          cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
                          cache_shared = m.cache_shared == true,
+                         -- sluice.fallback: taken on a timeout when it is served
+                         fallback = s.models[m.fallback_model] and m.fallback_model or nil,
                          pool_order = order }
     end
 

@@ -5,6 +5,8 @@
 --   POST /internal/weights    take a weight table push
 --   GET  /internal/weights    the weight table in use, its version, age and state
 --   GET  /internal/stats      per-backend successes, failures, last latencies, circuit
+--   POST /internal/health     take the controller's backend readiness (health.lua)
+--   GET  /internal/health     the readiness in use
 -- Every call needs `Authorization: Bearer <gateway token>`.
 local config = require("sluice.config")
 local errors = require("sluice.errors")
@@ -13,6 +15,7 @@ local weights = require("sluice.weights")
 local stats = require("sluice.stats")
 local breaker = require("sluice.breaker")
 local balancer = require("sluice.balancer")
+local health = require("sluice.health")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -100,6 +103,7 @@ local function serve_metrics()
     local st = config.status()
     metrics.set("sluice_snapshot_version", st.version)
     balancer.export_metrics(config.get())
+    health.export_metrics(config.get())
     if type(st.loaded_at) == "number" then
         metrics.set("sluice_snapshot_age_seconds", ngx.now() - st.loaded_at)
     end
@@ -115,6 +119,14 @@ local function push_weights()
         return errors.exit(400, "invalid_request", "a weights body is required")
     end
     local version, status, msg = weights.push(raw)
+    if not version then
+        return errors.exit(status, nil, msg)
+    end
+    return errors.json(200, { version = version })
+end
+
+local function push_health()
+    local version, status, msg = health.push(body() or "")
     if not version then
         return errors.exit(status, nil, msg)
     end
@@ -146,6 +158,14 @@ function _M.handle()
             return push_weights()
         elseif method == "GET" then
             return errors.json(200, weights.status())
+        end
+        ngx.header["Allow"] = "GET, POST"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
+    elseif uri == "/internal/health" then
+        if method == "POST" then
+            return push_health()
+        elseif method == "GET" then
+            return errors.json(200, health.status())
         end
         ngx.header["Allow"] = "GET, POST"
         return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")

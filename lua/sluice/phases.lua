@@ -15,6 +15,8 @@ local observe = require("sluice.observe")
 local policy = require("sluice.policy")
 local content = require("sluice.content")
 local routes = require("sluice.routes")
+local fallback = require("sluice.fallback")
+local health = require("sluice.health")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -135,6 +137,7 @@ function _M.access()
 
     local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
     if not backend then
+        health.refuse(pool, model_name)   -- every backend loading: 503 "model loading"
         if retry_after then
             return errors.exit(503, "backend_unavailable", "every backend of model "
                                .. model_name .. " has an open circuit",
@@ -146,6 +149,7 @@ function _M.access()
     ctx.model = model
     ctx.consumer = consumer
     observe.backend(backend)
+    fallback.arm(model)   -- before convert.prepare() rewrites the body
 
     local path
     path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
@@ -181,6 +185,7 @@ function _M.header_filter()
     convert.header_filter(ctx)
     cache.header_filter(ctx)
     routes.header(ctx, ngx_header)
+    fallback.header_filter(ctx)
 end
 
 -- Conversion first: token accounting then reads the answer the caller gets, in
@@ -203,6 +208,11 @@ function _M.log()
     end
 end
 
+-- @sluice_fallback: a model's fallback after its backend timed out.
+function _M.fallback()
+    fallback.access()
+end
+
 function _M.internal()
     request_id()
     return internal.handle()
@@ -223,8 +233,9 @@ end
 -- 5xx (proxy_intercept_errors) leave in the error template.
 function _M.error_page()
     request_id()
-    policy.failed()
     local status = ngx.status
+    fallback.try(status)   -- a 504 with a fallback model does not come back
+    policy.failed()
     local err_type, msg
     if backend_answered() then
         if status < 500 then
