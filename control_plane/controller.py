@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from control_plane import cp_metrics
 from control_plane.db import make_engine, make_sessionmaker
+from control_plane.health import HealthLoop
 from control_plane.models import Gateway
 from control_plane.services import scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
@@ -80,6 +81,7 @@ class Controller:
         self._next_scaling = 0.0
         self._scaling_actions: dict[str, str] = {}
         self.weights = WeightsLoop(self._http, clock)
+        self.health = HealthLoop(self._http, clock)
 
     # public
 
@@ -104,6 +106,8 @@ class Controller:
             self._record(due, snap["version"], results)
         if gateways and self.weights.due():
             self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
+        if gateways and self.health.due():
+            self.health.run(self.settings, self._sessions, gateways, self._snapshot(version))
 
     def _gpu_utilization(self, session: Session) -> dict[str, float]:
         return telemetry.model_utilization(session, self.settings.telemetry_stale_after)

@@ -50,12 +50,18 @@ class Model(Timestamps, Base):
     weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
     # Affinity: only backends on GPUs of this class ("A100") serve it; NULL: any.
     gpu_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The model that answers when this one's backend times out (by name: a rename
+    # follows; deleting a model still named here is refused).
+    fallback_model: Mapped[str | None] = mapped_column(
+        String(128), ForeignKey("models.name", onupdate="CASCADE", ondelete="RESTRICT",
+                                name="fk_models_fallback_model_models"), nullable=True)
 
     backends: Mapped[list[Backend]] = relationship(
         back_populates="model", passive_deletes="all", order_by="Backend.id")
 
     __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),
-                      CheckConstraint("cache_ttl_s >= 0", name="cache_ttl_non_negative"))
+                      CheckConstraint("cache_ttl_s >= 0", name="cache_ttl_non_negative"),
+                      CheckConstraint("fallback_model <> name", name="fallback_not_self"))
 
 
 class Mapping(Timestamps, Base):
@@ -148,6 +154,18 @@ class RouteVersion(Base):
         UniqueConstraint("route_id", "position", name="uq_route_versions_route_id"),
         CheckConstraint("percent >= 0 AND percent <= 100", name="percent_range"),
     )
+
+
+class BackendHealth(Base):
+    """A backend's readiness as the controller's health checks last saw it; written
+    when the state changes (control_plane/health.py)."""
+    __tablename__ = "backend_health"
+
+    backend_id: Mapped[int] = mapped_column(
+        ForeignKey("backends.id", ondelete="CASCADE"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))   # ready, loading, unreachable
+    detail: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Consumer(Timestamps, Base):

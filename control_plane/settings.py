@@ -60,6 +60,9 @@ class Settings:
     telemetry_stale_after: float = 15.0
     weights_interval: float = 1.0
     weight_coefficients: tuple[float, float, float] = (0.6, 0.3, 0.1)
+    # Active health checks of the backends (control_plane/health.py).
+    health_interval: float = 2.0
+    health_timeout: float = 1.0
 
     def scaling_thresholds(self) -> Any:
         from control_plane.services.scaling import Thresholds
@@ -238,6 +241,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_TELEMETRY_STALE_AFTER": ("telemetry_stale_after", _positive_float),
     "SLUICE_WEIGHTS_INTERVAL": ("weights_interval", _positive_float),
     "SLUICE_WEIGHT_COEFFICIENTS": ("weight_coefficients", _coefficients),
+    "SLUICE_HEALTH_INTERVAL": ("health_interval", _positive_float),
+    "SLUICE_HEALTH_TIMEOUT": ("health_timeout", _positive_float),
 }
 
 

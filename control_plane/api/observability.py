@@ -14,7 +14,7 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import bp, db
-from control_plane.services import audit, inference_logs, scaling, telemetry
+from control_plane.services import audit, health, inference_logs, scaling, telemetry
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -128,6 +128,13 @@ def scaling_signals() -> Response:
 
     return jsonify({"window_seconds": t.window_seconds,
                     "models": scaling.recommend(db(), t, gpu=gpu)})
+
+
+@bp.get("/health")
+def backend_health() -> Response:
+    """Backend and model readiness from the controller's health checks."""
+    query_args({})
+    return jsonify(health.report(db()))
 
 
 def _set_actor() -> None:

@@ -54,6 +54,8 @@ class ModelSchema(Schema):
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
         "gpu_class": Field(gpu_class, nullable=True),
+        # another model's name (services check it exists and is not this one)
+        "fallback_model": Field(v.name, nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -62,6 +64,7 @@ class ModelSchema(Schema):
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "enabled": m.enabled, "weight_coefficients": m.weight_coefficients,
                 "gpu_class": m.gpu_class,
+                "fallback_model": m.fallback_model,
                 "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 

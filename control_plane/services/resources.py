@@ -139,7 +139,31 @@ class Models(Resource[Model]):
     model = Model
     label = "model"
 
+    def create(self, session: Session, data: Mapping[str, Any]) -> Model:
+        self._check_fallback(session, data.get("name"), data.get("fallback_model"))
+        return super().create(session, data)
+
+    def update(self, session: Session, id: int, data: Mapping[str, Any]) -> Model:
+        if data.get("fallback_model") is not None:
+            name = data.get("name", self.get(session, id).name)
+            self._check_fallback(session, name, data["fallback_model"])
+        return super().update(session, id, data)
+
+    def _check_fallback(self, session: Session, name: str | None,
+                        fallback: str | None) -> None:
+        if fallback is None:
+            return
+        if fallback == name:
+            raise Invalid({"fallback_model": "must name another model"})
+        if session.scalar(select(Model.id).where(Model.name == fallback)) is None:
+            raise Invalid({"fallback_model": f"no model named {fallback!r}"})
+
     def _before_delete(self, session: Session, obj: Model) -> None:
+        users = list(session.scalars(select(Model.name)
+                                     .where(Model.fallback_model == obj.name)))
+        if users:
+            raise Conflict(f"model {obj.name!r} is the fallback of {', '.join(users)}; "
+                           "change their fallback_model first")
         count = session.scalar(select(func.count()).select_from(Backend)
                                .where(Backend.model_id == obj.id))
         if count:

@@ -115,9 +115,13 @@ def build(session: Session) -> dict[str, Any]:
         models[model.name] = {"id": model.id, "name": model.name,
                               "timeout_ms": model.timeout_ms,
                               "cache_ttl_s": model.cache_ttl_s,
-                              "cache_shared": model.cache_shared, "backends": backends}
+                              "cache_shared": model.cache_shared,
+                              "fallback_model": model.fallback_model, "backends": backends}
         if model.gpu_class:
             models[model.name]["gpu_class"] = model.gpu_class
+    for entry in models.values():   # a disabled fallback is no fallback
+        if entry["fallback_model"] not in models:
+            entry["fallback_model"] = None
 
     consumers = {
         str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,

@@ -1,0 +1,168 @@
+"""The controller's active health checks, once per SLUICE_HEALTH_INTERVAL (≈2 s):
+
+    each backend of the snapshot -> its protocol's readiness probe -> ready | loading |
+    unreachable -> POST /internal/health to every gateway; changes -> backend_health
+
+Probes (GET, SLUICE_HEALTH_TIMEOUT each, the backend's Host and credentials):
+
+    openai      {base}/health                200 ready, 503 loading (vLLM while loading)
+    predict     {base}/v1/models/{m}         200 {"ready": true} ready, false or 503 loading
+    kserve_v2   {base}/v2/models/{m}/ready   200 ready, 503 loading
+    tfserving   {base}/v1/models/{m}         a model_version_status AVAILABLE ready,
+                                             LOADING or START loading
+    vendor      not probed (no standard readiness endpoint): never marked
+
+Anything else (refused, timed out, another status) is `unreachable`: shown in the admin
+API and /metrics, but routing around failures stays the circuit breaker's job, so
+only `loading` keeps traffic away (lua/sluice/health.lua). The gateway lets the states
+lapse after `ttl_s`, so a controller that stops probing never strands a backend.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from control_plane.models import BackendHealth, Gateway
+from control_plane.settings import Settings
+
+log = logging.getLogger("sluice.controller.health")
+
+MAX_PARALLEL = 16
+RETRY_AFTER = 5            # seconds a caller is told to wait for a loading model
+LOADING_STATES = {"LOADING", "START"}
+
+
+def probe_path(protocol: str, model: str) -> str | None:
+    """Where a backend of `protocol` serving `model` tells its readiness."""
+    m = quote(model, safe="")
+    return {"openai": "/health", "predict": f"/v1/models/{m}",
+            "kserve_v2": f"/v2/models/{m}/ready", "tfserving": f"/v1/models/{m}"}.get(protocol)
+
+
+def classify(protocol: str, status: int, doc: Any) -> tuple[str, str]:
+    """(state, detail) from a probe's answer."""
+    if status == 503:
+        return "loading", "503"
+    if status != 200:
+        return "unreachable", f"HTTP {status}"
+    if protocol == "predict" and isinstance(doc, dict) and doc.get("ready") is False:
+        return "loading", "ready: false"
+    if protocol == "tfserving":
+        states = [s.get("state") for s in (doc or {}).get("model_version_status") or ()
+                  if isinstance(s, dict)] if isinstance(doc, dict) else []
+        if "AVAILABLE" in states:
+            return "ready", ""
+        if LOADING_STATES & set(states):
+            return "loading", "/".join(str(s) for s in states)
+        return "unreachable", "no AVAILABLE version"
+    return "ready", ""
+
+
+class HealthLoop:
+    def __init__(self, http: requests.Session, clock: Callable[[], float] = time.monotonic):
+        self.http = http
+        self.clock = clock
+        self.next_at = 0.0
+        self.last_version = 0
+        self.states: dict[str, tuple[str, str]] = {}   # backend id -> (state, detail)
+        self._errors: dict[str, str | None] = {}
+
+    def due(self) -> bool:
+        return self.clock() >= self.next_at
+
+    def run(self, settings: Settings, session_factory: Callable[[], Session],
+            gateways: list[Gateway], snapshot: dict[str, Any]) -> dict[str, dict]:
+        """One round of probes; returns the backends table pushed."""
+        self.next_at = self.clock() + settings.health_interval
+        targets = [(name, b) for name, m in snapshot["models"].items()
+                   for b in m["backends"] if probe_path(b["protocol"], name)]
+        results = self._parallel(targets, lambda t: self._probe(t[0], t[1], settings))
+        table: dict[str, dict] = {}
+        states: dict[str, tuple[str, str]] = {}
+        for (_, b), (state, detail) in zip(targets, results):
+            bid = str(b["id"])
+            states[bid] = (state, detail)
+            table[bid] = {"state": state}
+            if state == "loading":
+                table[bid]["retry_after"] = RETRY_AFTER
+        version = max(int(time.time() * 1000), self.last_version + 1)
+        body = {"version": version, "backends": table,
+                "ttl_s": max(10.0, 5 * settings.health_interval)}
+        headers = {"Authorization": f"Bearer {settings.gateway_token}"}
+        self._parallel([g.internal_url for g in gateways],
+                       lambda u: self._push(u, headers, body, settings))
+        self.last_version = version
+        changed = {bid: s for bid, s in states.items() if self.states.get(bid) != s}
+        if changed:
+            self._save(session_factory, changed)
+        self.states = states
+        return table
+
+    def _probe(self, model: str, b: dict, settings: Settings) -> tuple[str, str]:
+        url = f"{b.get('scheme', 'http')}://{b['host']}:{b['port']}{b.get('base_path', '')}" \
+              + probe_path(b["protocol"], model)
+        headers = {"Host": b.get("host_header") or f"{b['host']}:{b['port']}"}
+        if b.get("auth_header"):
+            headers["Authorization"] = b["auth_header"]
+        try:
+            r = self.http.get(url, headers=headers, timeout=settings.health_timeout)
+        except requests.RequestException as exc:
+            return "unreachable", type(exc).__name__
+        try:
+            doc = r.json()
+        except ValueError:
+            doc = None
+        return classify(b["protocol"], r.status_code, doc)
+
+    def _save(self, session_factory: Callable[[], Session],
+              changed: dict[str, tuple[str, str]]) -> None:
+        now = datetime.now(timezone.utc)
+        with session_factory() as session, session.begin():
+            rows = {str(r.backend_id): r for r in session.scalars(
+                select(BackendHealth).where(BackendHealth.backend_id.in_(
+                    [int(b) for b in changed])))}
+            for bid, (state, detail) in changed.items():
+                log.info("backend %s is %s%s", bid, state, f" ({detail})" if detail else "")
+                row = rows.get(bid)
+                if row is None:
+                    session.add(BackendHealth(backend_id=int(bid), state=state,
+                                              detail=detail[:256], since=now))
+                elif row.state != state or row.detail != detail[:256]:
+                    if row.state != state:
+                        row.since = now
+                    row.state, row.detail = state, detail[:256]
+
+    def _parallel(self, items: list, fn: Callable[[Any], Any]) -> list[Any]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL)) as pool:
+            return list(pool.map(fn, items))
+
+    def _push(self, url: str, headers: dict, body: dict, settings: Settings) -> bool:
+        try:
+            r = self.http.post(url + "/internal/health", json=body, headers=headers,
+                               timeout=settings.push_timeout)
+            if r.status_code != 200:
+                raise requests.HTTPError(f"HTTP {r.status_code}: {r.text[:200]}")
+        except requests.RequestException as exc:
+            self._note(url, f"health push {url}: {exc}")
+            return False
+        self._note(url, None)
+        return True
+
+    def _note(self, key: str, error: str | None) -> None:
+        if self._errors.get(key) != error:
+            if error:
+                log.warning("%s", error)
+            elif key in self._errors:
+                log.info("%s: ok again", key)
+            self._errors[key] = error
