@@ -111,6 +111,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("gpu_class", "GPU class", blank_is_null=True,
                        help="Only backends on GPUs of this class (e.g. A100) serve it. "
                             "Empty: any."),
+                 Input("fallback_model", "Fallback model", blank_is_null=True,
+                       help="Another model's name: it answers when this one times out. "
+                            "Empty: none."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda m: m.name), ("Timeout (ms)", lambda m: m.timeout_ms),
                   ("Backends", lambda m: len(m.backends)),

@@ -207,8 +207,7 @@ local function compile(s)
         table.sort(order)
         models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools,
                          cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
-                         cache_shared = m.cache_shared == true,
-                         -- sluice.fallback: taken on a timeout when it is served
+                         cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
                          fallback = s.models[m.fallback_model] and m.fallback_model or nil,
                          pool_order = order }
     end
