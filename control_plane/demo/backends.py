@@ -26,6 +26,8 @@ Fault injection, per request through request headers (they override the flags):
 - ``X-Demo-Latency-Ms: N``: sleep N ms before answering;
 - ``X-Demo-Status: S``: answer status S with an error body in the protocol's shape;
 - ``X-Demo-Chunk-Delay-Ms: N``: sleep N ms between SSE chunks.
+- ``X-Demo-Hold: T``: wait (at most HOLD_MAX_S) until ``POST /demo/release/T``;
+  tests hold requests in flight for as long as they need, without guessing a delay.
 
 ``--loading-seconds N``: the model loads for N seconds (``readiness.py``).
 
@@ -57,6 +59,7 @@ MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
 WORD = re.compile(r"\S+\s*")
+HOLD_MAX_S = 60.0
 
 # OpenAI's error "type" for a status, so injected errors look like the real thing.
 OPENAI_ERROR_TYPES = {
@@ -96,7 +99,14 @@ class DemoServer(ThreadingHTTPServer):
         # shown by /health so tests can see a gateway close the backend request.
         self.streams = {"completed": 0, "aborted": 0}
         self._thread: threading.Thread | None = None
+        self._holds: dict[str, threading.Event] = {}
+        self._holds_lock = threading.Lock()
         super().__init__(address, DemoHandler)
+
+    def hold(self, token: str) -> threading.Event:
+        """The event requests held with `X-Demo-Hold: token` wait for."""
+        with self._holds_lock:
+            return self._holds.setdefault(token, threading.Event())
 
     @property
     def port(self) -> int:
@@ -215,6 +225,9 @@ class DemoHandler(BaseHTTPRequestHandler):
 
     def _injected_fault(self, *, inference: bool) -> bool:
         """Apply latency and status overrides; True when an error was answered."""
+        token = self.headers.get("X-Demo-Hold")
+        if token and inference:
+            self.server.hold(token).wait(HOLD_MAX_S)
         latency = self._header_number("X-Demo-Latency-Ms",
                                       self.server.latency_ms if inference else 0)
         if latency:
@@ -263,6 +276,11 @@ class DemoHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         path = self.path.split("?", 1)[0]
         if readiness.handle_post(self, path):
+            return
+        if path.startswith("/demo/release/"):
+            self._read_body()
+            self.server.hold(path[len("/demo/release/"):]).set()
+            self._send_json(200, {"released": path[len("/demo/release/"):]})
             return
         try:
             if metrics.handle(self, "POST", path):

@@ -76,6 +76,7 @@ local function refresh(pool, now)
     pool.usable = usable
     pool.w_gen, pool.b_gen, pool.h_gen, pool.next_refresh = wgen, bgen, hgen, next_refresh
 end
+_M.refresh = refresh   -- admission.lua reads pool.eff too
 
 -- Can a retry go from backend `a` to backend `b`? It reuses the request nginx
 -- already built: the URI (base_path) and the credentials header must fit.

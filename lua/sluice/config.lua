@@ -10,6 +10,7 @@ local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
 local routes = require("sluice.routes")
+local admission = require("sluice.admission")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -144,6 +145,7 @@ function _M.validate(s)
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
                  or content.validate(s.content_policies) or routes.validate(s.routes, s.models)
+                 or admission.validate(s)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)
@@ -194,6 +196,7 @@ local function compile(s)
                     host_header = b.host_header or (b.host .. ":" .. b.port),
                     base_path = b.base_path or "",
                     auth_header = b.auth_header or "",
+                    max_in_flight = admission.capacity_of(b),
                 }
                 pool.weights[n] = b.weight
                 pool.current[n] = 0
@@ -246,7 +249,8 @@ local function compile(s)
     return { version = s.version, models = models, consumers = consumers, keys = keys,
              consumers_by_name = by_name, plans = plans.compile(s.plans),
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
-             breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes) }
+             breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes),
+             priorities = admission.compile(s.plans) }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

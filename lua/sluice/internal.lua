@@ -16,6 +16,7 @@ local stats = require("sluice.stats")
 local breaker = require("sluice.breaker")
 local balancer = require("sluice.balancer")
 local health = require("sluice.health")
+local admission = require("sluice.admission")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -104,6 +105,7 @@ local function serve_metrics()
     metrics.set("sluice_snapshot_version", st.version)
     balancer.export_metrics(config.get())
     health.export_metrics(config.get())
+    admission.export_metrics(config.get())
     if type(st.loaded_at) == "number" then
         metrics.set("sluice_snapshot_age_seconds", ngx.now() - st.loaded_at)
     end
@@ -139,6 +141,7 @@ local function get_stats()
     local now = ngx.now()
     for id, s in pairs(out) do
         s.circuit = breaker.state(id, now)
+        s.in_flight = admission.in_flight(id)
     end
     return errors.json(200, { backends = out, weights_version = weights.status().version })
 end

@@ -17,6 +17,7 @@ local content = require("sluice.content")
 local routes = require("sluice.routes")
 local fallback = require("sluice.fallback")
 local health = require("sluice.health")
+local admission = require("sluice.admission")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -134,6 +135,7 @@ function _M.access()
     observe.model(model_name)
 
     cache.lookup(ctx, endpoint, doc, model, consumer)   -- a hit ends the request here
+    admission.admit(snap, consumer, model_name, pool)   -- a saturated pool may end it here
 
     local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
     if not backend then
@@ -170,6 +172,7 @@ end
 function _M.balancer()
     local ctx = ngx.ctx
     balancer.balance(ctx, ctx.model)
+    admission.attempt(ctx)
     if (ctx.tries or 1) > 1 then
         observe.retried(ctx)
     end
@@ -199,6 +202,7 @@ end
 
 function _M.log()
     policy.release(ngx.ctx)   -- quota bookkeeping first: the next request may be waiting
+    admission.release()
     observe.log()
     local tried = ngx_var.sluice_tried
     if tried and tried ~= "" then
