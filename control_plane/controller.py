@@ -252,7 +252,7 @@ class Controller:
             with self._sessions() as session:
                 # One consistent read: the version and the content it describes.
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-                snap = snapshot_service.build(session)
+                snap = snapshot_service.build(session, self.settings)
             self._cached = (snap["version"], snap)
         return self._cached[1]
 

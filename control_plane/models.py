@@ -11,6 +11,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
+PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
 MAX_WEIGHT = 1000
 
 # Deterministic constraint names: the API maps a violated constraint back to a field.
@@ -101,6 +102,9 @@ class Backend(Timestamps, Base):
     # Prometheus endpoint the controller scrapes for this backend's load (optional).
     metrics_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
     metrics_format: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Requests in flight it takes; its pool sheds lower priorities as it fills.
+    # NULL: unlimited (the pool never sheds).
+    max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     model: Mapped[Model] = relationship(back_populates="backends")
     mapping: Mapped[Mapping | None] = relationship()
@@ -115,6 +119,7 @@ class Backend(Timestamps, Base):
                         name="metrics_pair"),
         CheckConstraint("metrics_format IN (" + ", ".join(f"'{f}'" for f in METRICS_FORMATS)
                         + ")", name="metrics_format_known"),
+        CheckConstraint("max_in_flight > 0", name="max_in_flight_positive"),
     )
 
 
@@ -202,8 +207,16 @@ class Plan(Timestamps, Base):
     monthly_requests: Mapped[int | None] = mapped_column(BigInteger)
     monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)
     model_overrides: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
+    # Admission class of its consumers' requests when a pool is saturated, and
+    # whether a caller may lower it per request (X-Sluice-Priority).
+    priority: Mapped[str] = mapped_column(String(16), default="standard",
+                                          server_default="standard")
+    priority_header: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                  server_default="false")
 
-    __table_args__ = (CheckConstraint("rate_per_second > 0", name="rate_positive"),)
+    __table_args__ = (CheckConstraint("rate_per_second > 0", name="rate_positive"),
+                      CheckConstraint("priority IN (" + ", ".join(f"'{p}'" for p in PRIORITIES)
+                                      + ")", name="priority_known"))
 
 
 class JwtIssuer(Timestamps, Base):

@@ -64,6 +64,21 @@ class Settings:
     health_interval: float = 2.0
     health_timeout: float = 1.0
 
+    # Circuit breaker of every backend, pushed in the snapshot's "breaker" section:
+    # open when more than `error_rate` of at least `min_requests` requests failed
+    # within `window_s`; after `cooldown_s`, `probes` requests test it (half-open).
+    breaker_window_s: float = 60.0
+    breaker_error_rate: float = 0.3
+    breaker_min_requests: int = 20
+    breaker_cooldown_s: float = 30.0
+    breaker_probes: int = 1
+
+    def breaker(self) -> dict[str, float]:
+        """The snapshot's "breaker" section (docs/contracts.md)."""
+        return {"window_s": self.breaker_window_s, "error_threshold": self.breaker_error_rate,
+                "min_requests": self.breaker_min_requests,
+                "cooldown_s": self.breaker_cooldown_s, "probes": self.breaker_probes}
+
     def scaling_thresholds(self) -> Any:
         from control_plane.services.scaling import Thresholds
 
@@ -102,6 +117,20 @@ def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0 or number != number or number == float("inf"):
         raise ValueError("must be a positive number of seconds")
+    return number
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be a whole number >= 1")
+    return number
+
+
+def _fraction(value: str) -> float:
+    number = float(value)
+    if not 0 < number <= 1:
+        raise ValueError("must be a fraction in (0, 1], e.g. 0.3")
     return number
 
 
@@ -243,6 +272,11 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_WEIGHT_COEFFICIENTS": ("weight_coefficients", _coefficients),
     "SLUICE_HEALTH_INTERVAL": ("health_interval", _positive_float),
     "SLUICE_HEALTH_TIMEOUT": ("health_timeout", _positive_float),
+    "SLUICE_BREAKER_WINDOW_S": ("breaker_window_s", _positive_float),
+    "SLUICE_BREAKER_ERROR_RATE": ("breaker_error_rate", _fraction),
+    "SLUICE_BREAKER_MIN_REQUESTS": ("breaker_min_requests", _count),
+    "SLUICE_BREAKER_COOLDOWN_S": ("breaker_cooldown_s", _positive_float),
+    "SLUICE_BREAKER_PROBES": ("breaker_probes", _count),
 }
 
 

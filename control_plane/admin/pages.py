@@ -19,8 +19,8 @@ from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySch
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
-from control_plane.models import (METRICS_FORMATS, PROTOCOLS, Consumer, Plan, Route,
-                                  RouteVersion)
+from control_plane.models import (METRICS_FORMATS, PRIORITIES, PROTOCOLS, Consumer, Plan,
+                                  Route, RouteVersion)
 from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
@@ -141,6 +141,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                             "capacity, e.g. http://host:8000/metrics."),
                  Input("metrics_format", "Metrics format", "select", blank_is_null=True,
                        choices=lambda _s: [(f, f) for f in METRICS_FORMATS]),
+                 _limit_input("max_in_flight", "Max in flight",
+                              "Requests it takes at once; a full pool sheds best-effort "
+                              "traffic first."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda b: b.name), ("Model", lambda b: b.model.name),
                   ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),
@@ -186,14 +189,20 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  _limit_input("monthly_requests", "Requests per month", "UTC months."),
                  _limit_input("monthly_tokens", "Tokens per month", "Prompt plus completion."),
                  Input("model_overrides", "Per-model overrides (JSON)", "json", default="{}",
-                       help='e.g. {"chat-demo": {"rate_per_second": 2}}')],
+                       help='e.g. {"chat-demo": {"rate_per_second": 2}}'),
+                 Input("priority", "Priority", "select", default="standard", required=True,
+                       choices=lambda _s: [(p, p) for p in PRIORITIES],
+                       help="Who is refused first when a model's backends are full."),
+                 Input("priority_header", "Callers may lower it (X-Sluice-Priority)",
+                       "checkbox", default=False)],
          columns=[("Name", lambda p: p.name), ("Req/s", lambda p: f"{p.rate_per_second:g}"),
                   ("Burst", lambda p: p.burst or "1 s worth"),
                   ("Concurrent", lambda p: _limit(p.max_concurrent)),
                   ("Per day", lambda p: _limit(p.daily_requests)),
                   ("Per month", lambda p: _limit(p.monthly_requests)),
                   ("Tokens/month", lambda p: _limit(p.monthly_tokens)),
-                  ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—")],
+                  ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—"),
+                  ("Priority", lambda p: p.priority)],
          related=("admin.quota_usage", "Quota usage")),
     Page("keys", "API keys", "API key", KEYS, KeySchema(),
          inputs=[Input("consumer_id", "Consumer", "ref", required=True,

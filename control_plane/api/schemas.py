@@ -7,7 +7,8 @@ from typing import Any
 
 from control_plane.api import validation as v
 from control_plane.api.validation import Field
-from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PROTOCOLS, ApiKey, Backend,
+from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PRIORITIES, PROTOCOLS, ApiKey,
+                                  Backend,
                                   Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
 from control_plane.services import jwt_keys
 
@@ -16,6 +17,7 @@ MAX_CACHE_TTL_S = 30 * 86400
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
+MAX_IN_FLIGHT = 1_000_000
 COMMON_READ_ONLY = ("id", "created_at", "updated_at")
 _GPU_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -86,6 +88,7 @@ class BackendSchema(Schema):
         # Prometheus endpoint the controller scrapes; both or neither (services check)
         "metrics_url": Field(v.http_url(allow_path=True), nullable=True),
         "metrics_format": Field(v.one_of(*METRICS_FORMATS), nullable=True),
+        "max_in_flight": Field(v.integer(1, MAX_IN_FLIGHT), nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("auth_header_set",)
@@ -97,6 +100,7 @@ class BackendSchema(Schema):
                 "auth_header_set": b.auth_header is not None,
                 "gpu_class": b.gpu_class, "metrics_url": b.metrics_url,
                 "metrics_format": b.metrics_format,
+                "max_in_flight": b.max_in_flight,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
 
 
@@ -152,6 +156,8 @@ class PlanSchema(Schema):
         "monthly_requests": Field(_count, nullable=True),
         "monthly_tokens": Field(_count, nullable=True),
         "model_overrides": Field(v.object_of(PLAN_LIMITS)),
+        "priority": Field(v.one_of(*PRIORITIES)),
+        "priority_header": Field(v.boolean),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -160,6 +166,7 @@ class PlanSchema(Schema):
                 "burst": p.burst, "max_concurrent": p.max_concurrent,
                 "daily_requests": p.daily_requests, "monthly_requests": p.monthly_requests,
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
+                "priority": p.priority, "priority_header": p.priority_header,
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 

@@ -152,7 +152,8 @@ def config() -> Response:
 
 @bp.get("/snapshot")
 def get_snapshot() -> Response:
-    return jsonify(snapshot.redacted(snapshot.build(db())))
+    settings = current_app.config["SLUICE_SETTINGS"]
+    return jsonify(snapshot.redacted(snapshot.build(db(), settings)))
 
 
 telemetry_api.register(bp, db, json_body)

@@ -15,6 +15,7 @@ from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtI
 from control_plane.services import routes
 from control_plane.services import affinity
 from control_plane.services.config_state import current_version
+from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         "weight": backend.weight,
         **({"auth_header": backend.auth_header} if backend.auth_header else {}),
         **({"mapping": backend.mapping.name} if backend.mapping is not None else {}),
+        **({"max_in_flight": backend.max_in_flight}
+           if backend.max_in_flight is not None else {}),
     }
 
 
@@ -64,6 +67,8 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
     for field in PLAN_FIELDS:
         entry[field] = getattr(plan, field)
     entry["models"] = plan.model_overrides or {}
+    entry["priority"] = plan.priority
+    entry["priority_header"] = plan.priority_header
     return entry
 
 
@@ -88,8 +93,9 @@ def _unix(dt: datetime | None) -> int | None:
     return None if dt is None else int(dt.timestamp())
 
 
-def build(session: Session) -> dict[str, Any]:
-    """Everything the hot path needs, from enabled rows only.
+def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
+    """Everything the hot path needs, from enabled rows only; the circuit-breaker
+    section comes from `settings` (the defaults when None).
 
     For a version that matches the content exactly, call this in a REPEATABLE READ
     transaction (the controller does). A backend whose host does not resolve is left
@@ -165,4 +171,5 @@ def build(session: Session) -> dict[str, Any]:
         "jwt": jwt,
         "content_policies": content_policies,
         "routes": routes.snapshot_section(session, models),
+        "breaker": (settings or Settings()).breaker(),
     }

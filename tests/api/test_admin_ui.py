@@ -389,3 +389,21 @@ def test_backend_form_sets_gpu_class_and_metrics_endpoint(ui, make, api):
                      "metrics_format": ""}).status_code == 302
     b = api("get", f"/backends/{b['id']}").get_json()
     assert (b["gpu_class"], b["metrics_url"], b["metrics_format"]) == (None, None, None)
+
+
+def test_plan_priority_and_backend_capacity_from_forms(ui, api):
+    resp = ui("/admin/plans/new", {"name": "batch", "rate_per_second": "1",
+                                   "model_overrides": "{}", "priority": "best_effort",
+                                   "priority_header": "on"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [plan] = api("get", "/plans").get_json()["items"]
+    assert (plan["priority"], plan["priority_header"]) == ("best_effort", True)
+    assert 'value="best_effort" selected' in ui.client.get(
+        f"/admin/plans/{plan['id']}").get_data(as_text=True)
+    model = api("post", "/models", json={"name": "m"}).get_json()
+    resp = ui("/admin/backends/new", {"name": "b", "model_id": str(model["id"]),
+                                      "url": "http://127.0.0.1:9", "protocol": "openai",
+                                      "weight": "100", "max_in_flight": "8"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    [backend] = api("get", "/backends").get_json()["items"]
+    assert backend["max_in_flight"] == 8
