@@ -8,8 +8,7 @@ from typing import Any
 from control_plane.api import validation as v
 from control_plane.api.validation import Field
 from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PRIORITIES, PROTOCOLS, ApiKey,
-                                  Backend,
-                                  Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
+                                  Backend, Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
