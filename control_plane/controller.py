@@ -4,7 +4,8 @@ and each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
 fails is retried with exponential backoff, 0.5 s doubling to 30 s, reset on success.
-SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway;
+SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway,
+as the first tick after a start does (settings such as SLUICE_BREAKER_* are in it);
 SIGTERM and SIGINT stop the loop after the current tick.
 """
 from __future__ import annotations
@@ -74,6 +75,9 @@ class Controller:
         self._http = requests.Session()
         self._backoff: dict[int, Backoff] = {}
         self._force: set[int] = set()
+        # A (re)started controller may carry new settings that go into the snapshot
+        # (SLUICE_BREAKER_*): its first tick pushes to every gateway, acked or not.
+        self._force_all = True
         self._cached: tuple[int, dict[str, Any]] | None = None
         self._stopping = False
         self._reload_requested = False
@@ -92,6 +96,9 @@ class Controller:
         with self._sessions() as session:
             version = current_version(session)
             gateways = list(session.scalars(select(Gateway).order_by(Gateway.id)))
+        if self._force_all:
+            self._force |= {g.id for g in gateways}
+            self._force_all = False
         cp_metrics.CONFIG_VERSION.set(version)
         for g in gateways:
             cp_metrics.ACKED_VERSION.labels(g.name).set(

@@ -299,3 +299,15 @@ def _wait(predicate, timeout=10.0):
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_restarted_controller_repushes_its_settings(gateway, engine, controller_for):
+    controller_for(gateway).tick()
+    assert gateway_row(engine, gateway.url).acked_version == 1
+    # same config version, new settings: the new process pushes them once
+    controller = controller_for(gateway, SLUICE_BREAKER_MIN_REQUESTS="4")
+    controller.tick()
+    assert [p["version"] for p in gateway.pushes] == [1, 1]
+    assert gateway.pushes[1]["breaker"]["min_requests"] == 4
+    controller.tick()
+    assert len(gateway.pushes) == 2
