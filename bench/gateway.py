@@ -141,7 +141,8 @@ POLICY_PLAN = {"id": 1, "name": "bench-plan", "rate_per_second": 1e6, "burst": 1
                "monthly_tokens": 10**15, "models": {}}
 
 
-def bench_snapshot(upstream_port: int, key: str, policy_key: str) -> dict:
+def bench_snapshot(upstream_port: int, key: str, policy_key: str,
+                   max_in_flight: int | None = None) -> dict:
     """A snapshot (docs/contracts.md) with one model, one backend, two consumers (one
     on a plan), one key each."""
     return {
@@ -152,7 +153,8 @@ def bench_snapshot(upstream_port: int, key: str, policy_key: str) -> dict:
             "backends": [{"id": 1, "name": "bench-upstream", "protocol": "openai",
                           "scheme": "http", "host": "127.0.0.1", "port": upstream_port,
                           "host_header": f"127.0.0.1:{upstream_port}", "base_path": "",
-                          "weight": 100}],
+                          "weight": 100,
+                          **({"max_in_flight": max_in_flight} if max_in_flight else {})}],
         }},
         "consumers": {"1": {"id": 1, "name": "bench", "allowed_models": None},
                       "2": {"id": 2, "name": "bench-planned", "allowed_models": None,
@@ -166,7 +168,8 @@ def bench_snapshot(upstream_port: int, key: str, policy_key: str) -> dict:
 
 
 def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
-                  policy_key: str, redis_url: str | None = None):
+                  policy_key: str, redis_url: str | None = None,
+                  max_in_flight: int | None = None):
     try:
         from control_plane.runtime.gateway import Gateway, GatewayConfig
     except ImportError as exc:
@@ -179,7 +182,7 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
     gateway = Gateway(cfg)
     try:
         gateway.start()
-        resp = gateway.push(bench_snapshot(upstream_port, key, policy_key))
+        resp = gateway.push(bench_snapshot(upstream_port, key, policy_key, max_in_flight))
         if resp.status_code != 200:
             raise BenchError(f"snapshot push answered {resp.status_code}: {resp.text}")
     except (RuntimeError, OSError) as exc:
@@ -294,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2, help="seconds, per target")
     parser.add_argument("--baseline-only", action="store_true",
                         help="measure plain nginx alone (no gateway)")
+    parser.add_argument("--max-in-flight", type=int,
+                        help="give the backend this capacity: admission control runs on "
+                             "every request (set it above --connections: nothing is shed)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--redis", action="store_true",
                         help="also the policy target on a gateway in cluster mode (Redis)")
@@ -325,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
         if not args.baseline_only:
             gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
-                                    policy_key)
+                                    policy_key, max_in_flight=args.max_in_flight)
             targets["sluice"] = (gateway.url.rstrip("/"), key)
             targets["policy"] = (gateway.url.rstrip("/"), policy_key)
             if args.redis:
