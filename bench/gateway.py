@@ -261,14 +261,46 @@ def parse_wrk(output: str) -> dict:
     }
 
 
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def worker_cpu_seconds(master_pid: int) -> float:
+    """User + system CPU of an nginx master's workers so far (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in _children(master_pid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])   # utime, stime (fields 14, 15)
+    return total / tick
+
+
 def run_wrk(url: str, key: str | None, duration: float, connections: int,
-            threads: int) -> dict:
+            threads: int, master_pid: int | None = None) -> dict:
     args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
             "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
+    cpu0 = worker_cpu_seconds(master_pid) if master_pid else None
     out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
     if out.returncode != 0:
         raise BenchError(f"wrk failed ({out.returncode}): {out.stderr}{out.stdout}")
     figures = parse_wrk(out.stdout)
+    if cpu0 is not None and figures["requests"]:
+        # CPU the nginx workers spent per request: unlike req/s, it barely moves when
+        # other processes take the cores, so it is the steadier figure to compare.
+        figures["cpu_us"] = ((worker_cpu_seconds(master_pid) - cpu0)
+                             / figures["requests"] * 1e6)
     figures["raw"] = out.stdout
     return figures
 
@@ -329,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                                  baseline_http(baseline_port, upstream_port),
                                  baseline_port))
         targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
+        masters = {"baseline": procs[-1].pid}
         if not args.baseline_only:
             gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
                                     policy_key, max_in_flight=args.max_in_flight)
@@ -341,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                 gateways.append(start_gateway(top / "gateway-redis", args.workers,
                                               upstream_port, key, policy_key, redis.url))
                 targets["policy+redis"] = (gateways[-1].url.rstrip("/"), policy_key)
+                masters["policy+redis"] = gateways[-1].proc.pid
+            masters["sluice"] = masters["policy"] = gateway.proc.pid
         for name, (url, k) in targets.items():
             check_answers(name, url, k)
         if redis is not None and not redis.command("KEYS", "sluice:qd:*"):
@@ -355,21 +390,22 @@ def main(argv: list[str] | None = None) -> int:
 
         results: dict[str, list[dict]] = {name: [] for name in targets}
         print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'non-2xx':>8} {'sock err':>8}")
+              f"{'cpu us/r':>8} {'non-2xx':>8} {'sock err':>8}")
         for rnd in range(1, args.rounds + 1):
             for name, (url, k) in targets.items():
-                r = run_wrk(url, k, args.duration, args.connections, threads)
+                r = run_wrk(url, k, args.duration, args.connections, threads,
+                            masters[name])
                 results[name].append(r)
                 print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
-                      f"{r['p99_ms']:>8.3f} {r['non_2xx']:>8} {r['socket_errors']:>8}",
-                      flush=True)
+                      f"{r['p99_ms']:>8.3f} {r.get('cpu_us', 0):>8.1f} "
+                      f"{r['non_2xx']:>8} {r['socket_errors']:>8}", flush=True)
 
         summary = {name: {k: statistics.median(r[k] for r in runs)
-                          for k in ("rps", "p50_ms", "p99_ms")}
+                          for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
                    for name, runs in results.items()}
         for name, s in summary.items():
             print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
-                  f"{s['p99_ms']:>8.3f}")
+                  f"{s['p99_ms']:>8.3f} {s['cpu_us']:>8.1f}")
         for name in ("sluice", "policy", "policy+redis"):
             if name not in summary:
                 continue
@@ -378,7 +414,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
                   f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, "
                   f"p99 x{s['p99_ms'] / b['p99_ms']:.2f}")
-            summary["ratio_rps" + {"sluice": "", "policy": "_policy"}.get(name, "_redis")] = ratio
+            cpu_ratio = b["cpu_us"] / s["cpu_us"]
+            print(f"{name}/baseline: worker CPU per request {s['cpu_us']:.1f} us against "
+                  f"{b['cpu_us']:.1f} us, throughput bound {cpu_ratio:.3f} "
+                  f"({cpu_ratio:.1%}) where nginx workers have the cores to themselves")
+            suffix = {"sluice": "", "policy": "_policy"}.get(name, "_redis")
+            summary["ratio_rps" + suffix] = ratio
+            summary["ratio_cpu" + suffix] = cpu_ratio
         if args.json:
             args.json.write_text(json.dumps({
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
