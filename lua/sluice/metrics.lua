@@ -109,35 +109,60 @@ local function build_key(name, fam, a, b, c, d)
     if fam.type ~= "histogram" then
         return prefix
     end
-    -- histogram: one key per bucket (non-cumulative, summed when rendered), sum, count
+    -- histogram: one key per bucket (non-cumulative, summed when rendered) and the
+    -- sum; the count is the last cumulative bucket, so it costs no dict call
     local keys = {}
     for i = 1, #fam.le do
         keys[i] = prefix .. i
     end
     keys.sum = prefix .. "sum"
-    keys.count = prefix .. "count"
     return keys
 end
 
 -- The cached key of one series: fam.keys[a][b][c][d]; nil labels read as "".
+-- Unrolled (no table per call): this runs several times per request.
 local function key_for(name, a, b, c, d)
     local fam = families[name]
     if not fam then
         error("unknown metric " .. tostring(name), 3)
     end
     local n = #fam.labels
+    local va, vb, vc, vd = a or "", b or "", c or "", d or ""
     local node = fam.keys
-    local vals_a, vals_b, vals_c, vals_d = a or "", b or "", c or "", d or ""
-    local path = { vals_a, vals_b, vals_c, vals_d }
-    for i = 1, n - 1 do
-        local child = node[path[i]]
-        if not child then
-            child = {}
-            node[path[i]] = child
+    local leaf = ""
+    if n > 0 then
+        if n > 1 then
+            local child = node[va]
+            if not child then
+                child = {}
+                node[va] = child
+            end
+            node = child
+            if n > 2 then
+                child = node[vb]
+                if not child then
+                    child = {}
+                    node[vb] = child
+                end
+                node = child
+                if n > 3 then
+                    child = node[vc]
+                    if not child then
+                        child = {}
+                        node[vc] = child
+                    end
+                    node = child
+                    leaf = vd
+                else
+                    leaf = vc
+                end
+            else
+                leaf = vb
+            end
+        else
+            leaf = va
         end
-        node = child
     end
-    local leaf = n == 0 and "" or path[n]
     local key = node[leaf]
     if key then
         return key, fam
@@ -147,7 +172,7 @@ local function key_for(name, a, b, c, d)
         fam.keys, fam.cached = {}, 0
         return key_for(name, a, b, c, d)
     end
-    key = build_key(name, fam, vals_a, vals_b, vals_c, vals_d)
+    key = build_key(name, fam, va, vb, vc, vd)
     node[leaf] = key
     fam.cached = fam.cached + 1
     return key, fam
@@ -187,7 +212,6 @@ function _M.observe(name, value, a, b, c, d)
     end
     add(keys[i], 1)
     add(keys.sum, value)
-    add(keys.count, 1)
 end
 
 local function fmt(v)
@@ -219,7 +243,7 @@ local function render_family(out, name, fam, series)
                                 .. fmt(cum)
             end
             out[#out + 1] = name .. "_sum" .. braced .. " " .. fmt(s.sum or 0)
-            out[#out + 1] = name .. "_count" .. braced .. " " .. fmt(s.count or 0)
+            out[#out + 1] = name .. "_count" .. braced .. " " .. fmt(cum)
         end
     end
 end

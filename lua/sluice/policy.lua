@@ -35,6 +35,7 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     end
     local lim = plans.limits(plan, model_name)
     local cid = consumer.key_id
+    ctx.slot = false   -- checked: ngx.ctx now knows whether a slot is held
 
     local ok, remaining, reset, wait = limits.take("r:" .. cid .. lim.rate_scope,
                                                    lim.rate, lim.burst)
@@ -54,7 +55,8 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         local key = "c:" .. cid
         local entered, err = limits.enter(key, lim.concurrent)
         if entered then
-            ngx_var.sluice_concurrency = key   -- the log phase gives it back
+            ngx_var.sluice_concurrency = key   -- what the error page gives back
+            ctx.slot = key
         elseif entered == nil then
             ngx_log(ERR, "concurrency limit unavailable: ", err)
         else
@@ -110,8 +112,17 @@ end
 
 -- The concurrency slot goes back as soon as the answer ends (before the caller has
 -- its last byte, so its next request finds the slot free), else in the log phase.
-local function release_slot()
-    local key = ngx_var.sluice_concurrency
+-- ngx.ctx says what is held (no variable access) unless an error_page redirect
+-- emptied it; then the variable does.
+local function release_slot(ctx)
+    local key = ctx and ctx.slot
+    if key then
+        ctx.slot = false
+        return limits.leave(key)
+    elseif key == false then
+        return
+    end
+    key = ngx_var.sluice_concurrency
     if key and key ~= "" then
         ngx_var.sluice_concurrency = ""
         limits.leave(key)
@@ -124,19 +135,19 @@ function _M.body_filter(ctx)
         tokens.body_filter(ctx)
     end
     if ngx_arg[2] then
-        release_slot()
+        release_slot(ctx)
     end
 end
 
 -- error page: the request failed; give the slot and reserved tokens back now.
 function _M.failed()
-    release_slot()
+    release_slot(nil)
     tokens.refund()
 end
 
 -- log: whatever is still held.
 function _M.release(ctx)
-    release_slot()
+    release_slot(ctx)
     tokens.reconcile(ctx)
 end
 

@@ -23,6 +23,7 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local str_find = string.find
 local str_sub = string.sub
+local gmatch = string.gmatch
 local concat = table.concat
 local tonumber = tonumber
 local type = type
@@ -62,6 +63,7 @@ function _M.reserve(ctx, lim, cid, body_len, doc)
     end
     ngx_var.sluice_token_key = info
     ngx_var.sluice_token_reserved = reserve
+    ctx.token_key, ctx.token_reserved = info, reserve
     ctx.usage_scan = true
     return nil
 end
@@ -87,24 +89,65 @@ end
 -- known (end of the answer, error page), before the caller has the last byte, so a
 -- caller's next request already sees the settled counter; the log phase catches
 -- what is left.
-local function settle(used)
-    local key = ngx_var.sluice_token_key
-    if not key or key == "" then
-        return
+--
+-- ngx.ctx holds the reservation on the normal path (no variable access); after an
+-- error_page redirect ngx.ctx is empty and the variables hold it.
+local function settle(ctx, used)
+    local key = ctx and ctx.token_key
+    local reserved
+    if key then
+        reserved = ctx.token_reserved
+        ctx.token_key = false
+    elseif key == false then
+        return      -- settled earlier in this request
+    else
+        key = ngx_var.sluice_token_key
+        if not key or key == "" then
+            return
+        end
+        ngx_var.sluice_token_key = ""
+        reserved = tonumber(ngx_var.sluice_token_reserved) or 0
     end
-    ngx_var.sluice_token_key = ""
-    local reserved = tonumber(ngx_var.sluice_token_reserved) or 0
     if used ~= reserved then
         limits.add(key, used - reserved)
     end
 end
 
+-- The usage object's numbers without decoding the whole answer: the text from
+-- `"usage":{` to the first "}" (OpenAI and vLLM put the three counts before any
+-- nested *_details object). Anything else falls back to a full decode.
+local function scan_usage(body, at)
+    local _, open_end = str_find(body, '^"usage"%s*:%s*{', at)
+    local close = open_end and str_find(body, "}", open_end + 1, true)
+    if not close then
+        return nil
+    end
+    local seg = str_sub(body, open_end + 1, close - 1)
+    local usage = {}
+    for k, v in gmatch(seg, '"([a-z_]+_tokens)"%s*:%s*(%d+)') do
+        usage[k] = tonumber(v)
+    end
+    if usage.total_tokens or (usage.prompt_tokens and usage.completion_tokens) then
+        return usage
+    end
+    return nil
+end
+
 local function take_body(ctx, body)
-    if #body <= MAX_BODY and str_find(body, '"usage"', 1, true) then
-        local doc = cjson.decode(body)
-        if type(doc) == "table" then
-            take_usage(ctx, doc.usage)
-        end
+    if #body > MAX_BODY then
+        return
+    end
+    local at = str_find(body, '"usage"', 1, true)
+    if not at then
+        return
+    end
+    local usage = scan_usage(body, at)
+    if usage then
+        return take_usage(ctx, usage)
+    end
+    local doc = cjson.decode(body)
+    if type(doc) == "table" then
+        take_usage(ctx, doc.usage)
     end
 end
 
@@ -160,7 +203,7 @@ function _M.body_filter(ctx)
         end
         if ctx.usage_total then
             ctx.usage_done = true
-            settle(ctx.usage_total)
+            settle(ctx, ctx.usage_total)
         end
         return
     end
@@ -191,30 +234,36 @@ function _M.body_filter(ctx)
         ctx.usage_parts = nil
     end
     if ctx.usage_total then
-        settle(ctx.usage_total)
+        settle(ctx, ctx.usage_total)
     end
 end
 
 -- error page: the request failed, nothing was generated.
 function _M.refund()
-    settle(0)
+    settle(nil, 0)
 end
 
 -- log: settle what is still open. `ctx` may be empty after an error_page redirect.
 function _M.reconcile(ctx)
-    local key = ngx_var.sluice_token_key
-    if not key or key == "" then
+    local key = ctx.token_key
+    if key == false then
         return
+    end
+    if not key then
+        key = ngx_var.sluice_token_key
+        if not key or key == "" then
+            return
+        end
     end
     local used = ctx.usage_total
     if not used then
         if ngx.status >= 400 or not ctx.usage_scan then
             used = 0      -- refused, failed or never forwarded: nothing was generated
         else
-            used = tonumber(ngx_var.sluice_token_reserved) or 0
+            used = ctx.token_reserved or tonumber(ngx_var.sluice_token_reserved) or 0
         end
     end
-    settle(used)
+    settle(ctx, used)
 end
 
 return _M

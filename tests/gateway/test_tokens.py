@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
+
+from control_plane.runtime import procs
 
 PLAN_KEY = "sk-test-tokens-0123456789abcdef"
 USED = 5
@@ -137,3 +141,83 @@ def test_predict_requests_are_not_token_metered(gateway_factory, helpers, backen
     r = requests.post(gw.url + "/v1/models/predict-demo/predict", json={"instances": ["a"]},
                       headers={"X-API-Key": PLAN_KEY}, timeout=10)
     assert r.status_code == 200, r.text
+
+
+# Answers whose `usage` is laid out differently: the gateway reads the counts without
+# decoding the whole answer when they come first, and falls back to a full decode
+# when a nested object comes first. The answer's text quotes "usage" on purpose.
+FIXED_ANSWERS = {
+    "/counts-first/v1/chat/completions": {
+        "id": "c1", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant",
+                                             "content": 'say "usage": {"total_tokens": 1}'},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11,
+                  "prompt_tokens_details": {"cached_tokens": 0}}},
+    "/details-first/v1/chat/completions": {
+        "id": "c2", "object": "chat.completion", "model": "m",
+        "usage": {"prompt_tokens_details": {"cached_tokens": 2},
+                  "completion_tokens_details": {"reasoning_tokens": 1},
+                  "prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                     "finish_reason": "stop"}]},
+}
+
+
+def nginx_quoted(doc: dict) -> str:
+    """JSON inside an nginx '…' string: nginx unescapes backslashes."""
+    return json.dumps(doc).replace("\\", "\\\\")
+
+
+@pytest.fixture
+def fixed_backend(prefix):
+    """A plain nginx answering FIXED_ANSWERS: a backend whose JSON we choose byte by byte."""
+    root = prefix / "fixed"
+    for sub in ("logs", "tmp", "conf"):
+        (root / sub).mkdir(parents=True)
+    port = procs.free_port()
+    user = "user root;" if os.geteuid() == 0 else ""
+    locations = "".join(
+        f"location = {path} {{ default_type application/json; "
+        f"return 200 '{nginx_quoted(doc)}'; }}\n" for path, doc in FIXED_ANSWERS.items())
+    (root / "conf" / "nginx.conf").write_text(f"""{user}
+worker_processes 1; pid logs/nginx.pid; error_log logs/error.log warn;
+events {{ worker_connections 64; }}
+http {{ access_log off; client_body_temp_path tmp; proxy_temp_path tmp;
+  fastcgi_temp_path tmp; uwsgi_temp_path tmp; scgi_temp_path tmp;
+  server {{ listen 127.0.0.1:{port}; {locations} }} }}
+""")
+    proc = procs.spawn(["nginx", "-p", str(root), "-c", "conf/nginx.conf", "-g", "daemon off;"],
+                       log=root / "logs" / "stdout.log")
+    try:
+        procs.wait_port(port, timeout=10)
+        yield port
+    finally:
+        procs.stop(proc)
+
+
+@pytest.mark.parametrize("layout", ["counts-first", "details-first"])
+def test_usage_is_read_whatever_its_layout(gateway_factory, helpers, fixed_backend, layout):
+    body = payload()
+    r_size, used, quota = reserve(body), 11, 100
+    backend = {"id": 1, "name": "fixed", "protocol": "openai", "scheme": "http",
+               "host": "127.0.0.1", "port": fixed_backend,
+               "host_header": f"localhost:{fixed_backend}", "base_path": f"/{layout}",
+               "weight": 100}
+    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backend])})
+    snap["consumers"]["3"] = {"id": 3, "name": "metered", "allowed_models": None,
+                              "plan_id": 4}
+    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
+                                                "prefix": PLAN_KEY[:10], "expires_at": None}
+    snap["plans"] = {"4": {"id": 4, "name": "metered", "rate_per_second": 1000,
+                           "monthly_tokens": quota}}
+    gw = gateway_factory()
+    assert gw.push(snap).status_code == 200
+    admitted = 0
+    while (r := call(gw, body)).status_code == 200:
+        assert r.json()["usage"]["total_tokens"] == used
+        admitted += 1
+        assert admitted < 100
+    helpers.assert_error(r, 429, "rate_limited")
+    # each request is charged the 11 tokens the backend reported, not its reservation
+    assert admitted == (quota - r_size) // used + 1
