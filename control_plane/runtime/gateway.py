@@ -327,6 +327,18 @@ class Gateway:
         r.raise_for_status()
         return r.json()
 
+    def usage(self) -> dict:
+        """GET /internal/usage: {"boot", "started_at", "counters", "seed_version"}."""
+        r = requests.get(self.internal_url + "/internal/usage", headers=self._headers(),
+                         timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def push_usage(self, body: dict) -> requests.Response:
+        """POST the fleet's usage ({"boot", "version", "day", "month", "usage"})."""
+        return requests.post(self.internal_url + "/internal/usage", json=body,
+                             headers=self._headers(), timeout=10)
+
     def served_version(self) -> int:
         """The snapshot version this gateway serves; 0 when it has none."""
         return int(self.snapshot_status()["version"])

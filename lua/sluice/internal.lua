@@ -7,6 +7,8 @@
 --   GET  /internal/stats      per-backend successes, failures, last latencies, circuit
 --   POST /internal/health     take the controller's backend readiness (health.lua)
 --   GET  /internal/health     the readiness in use
+--   GET  /internal/usage      usage counters per consumer, model and day (sluice.usage)
+--   POST /internal/usage      the fleet's usage, added to the quota counters
 -- Every call needs `Authorization: Bearer <gateway token>`.
 local config = require("sluice.config")
 local errors = require("sluice.errors")
@@ -17,6 +19,7 @@ local breaker = require("sluice.breaker")
 local balancer = require("sluice.balancer")
 local health = require("sluice.health")
 local admission = require("sluice.admission")
+local usage = require("sluice.usage")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -146,6 +149,18 @@ local function get_stats()
     return errors.json(200, { backends = out, weights_version = weights.status().version })
 end
 
+local function push_usage()
+    local raw = body()
+    if not raw or raw == "" then
+        return errors.exit(400, "invalid_request", "a usage body is required")
+    end
+    local version, status, msg = usage.push(raw, config.get())
+    if not version then
+        return errors.exit(status, nil, msg)
+    end
+    return errors.json(200, { version = version })
+end
+
 function _M.handle()
     check_token()
     local uri, method = ngx_var.uri, ngx_req.get_method()
@@ -178,6 +193,15 @@ function _M.handle()
         end
         ngx.header["Allow"] = "GET"
         return errors.exit(405, "method_not_allowed", uri .. " accepts GET")
+    end
+    if uri == "/internal/usage" then
+        if method == "POST" then
+            return push_usage()
+        elseif method == "GET" then
+            return errors.json(200, usage.report())
+        end
+        ngx.header["Allow"] = "GET, POST"
+        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
     end
     if uri == "/internal/snapshot" then
         if method == "POST" then

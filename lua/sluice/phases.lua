@@ -18,6 +18,7 @@ local routes = require("sluice.routes")
 local fallback = require("sluice.fallback")
 local health = require("sluice.health")
 local admission = require("sluice.admission")
+local usage = require("sluice.usage")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -36,6 +37,7 @@ function _M.init(opts)
     internal.init(opts.token)
     require("sluice.pii").configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
+    usage.init()
     -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
     -- `nginx -s reload` the dict still holds the served snapshot and wins.
     config.init()
@@ -117,6 +119,7 @@ function _M.access()
     if status then
         return errors.exit(status, err_type, msg, extra)
     end
+    usage.count(ctx, endpoint, consumer, model_name)
 
     local violated = content.check(snap, model_name, ctx.request_doc)
     if violated then
@@ -201,8 +204,10 @@ function _M.body_filter()
 end
 
 function _M.log()
-    policy.release(ngx.ctx)   -- quota bookkeeping first: the next request may be waiting
+    local ctx = ngx.ctx
+    policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release()
+    usage.log(ctx)
     observe.log()
     local tried = ngx_var.sluice_tried
     if tried and tried ~= "" then

@@ -1,0 +1,263 @@
+-- Usage per consumer, model and UTC day, for the controller to collect into Postgres
+-- (usage_daily), and the fleet's usage pushed back so that quotas survive restarts.
+--
+-- Counting (hot path, shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>"
+-- with f = r (requests), p / c / t (prompt / completion / total tokens). One incr in
+-- access when the plan admitted the request (what the quota counters count too), up
+-- to three in log when the answer reported `usage`. Cumulative since the gateway
+-- started; "boot" (a random id, kept across `nginx -s reload`, new on a restart) and
+-- "started_at" let the controller take differences safely (docs/contracts.md).
+--
+-- Seeding: POST /internal/usage carries, per consumer and model, what the rest of the
+-- fleet used (today's requests, this month's requests and tokens: Postgres totals
+-- minus what this boot of this gateway has already reported). Its sum per quota
+-- counter is an offset; each push adds (new offset - previous offset) to the
+-- sluice_limits counter itself, so limits.count pays nothing for it.
+local cjson = require("cjson.safe")
+local plans = require("sluice.plans")
+local limits = require("sluice.limits")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_time = ngx.time
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local os_date = os.date
+local pairs = pairs
+local type = type
+local tonumber = tonumber
+local tostring = tostring
+local str_sub = string.sub
+local str_format = string.format
+local str_byte = string.byte
+local io_open = io.open
+
+local dict = ngx.shared.sluice_usage
+local limits_dict = ngx.shared.sluice_limits
+
+local KEEP = 3 * 86400     -- a day's counters outlive the day by this (controller away)
+local FIELDS = { "r", "p", "c", "t" }
+
+local _M = {}
+
+-- worker-local: keys[consumer id][model] = { r =, p =, c =, t = } for day `day`,
+-- so the hot path concatenates nothing after a key's first use in a day
+local sec, day, ttl, keys = nil, nil, nil, {}
+
+local function keys_for(cid, model)
+    local now = ngx_time()
+    if now ~= sec then
+        sec = now
+        local d = os_date("!%Y%m%d", now)
+        if d ~= day then
+            day, keys = d, {}
+        end
+        ttl = limits.to_next_day(now) + KEEP
+    end
+    local per = keys[cid]
+    if not per then
+        per = {}
+        keys[cid] = per
+    end
+    local k = per[model]
+    if not k then
+        local base = day .. "|" .. cid .. "|" .. model .. "|"
+        k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t" }
+        per[model] = k
+    end
+    return k
+end
+
+local function random_id()
+    local f = io_open("/dev/urandom", "rb")
+    local raw = f and f:read(8)
+    if f then f:close() end
+    if not raw or #raw ~= 8 then
+        return str_format("%d-%d", ngx.now() * 1000, math.random(1, 2 ^ 30))
+    end
+    local out = {}
+    for i = 1, 8 do out[i] = str_format("%02x", str_byte(raw, i)) end
+    return table.concat(out)
+end
+
+-- A new boot id unless the dict already has one (reload). Without one while counters
+-- exist (evicted: should not happen), they are dropped rather than counted twice.
+local function ensure_boot()
+    local boot = dict:get("boot")
+    if boot then
+        return boot, dict:get("started_at")
+    end
+    dict:flush_all()
+    boot = random_id()
+    local started = ngx.now()
+    dict:safe_set("started_at", started)
+    dict:safe_set("boot", boot)
+    return boot, started
+end
+
+-- init phase
+function _M.init()
+    ensure_boot()
+end
+
+-- Access phase, once the plan admitted the request. `endpoint.kind` chat and
+-- completion answers are scanned for `usage` (tokens.lua), whatever the plan.
+function _M.count(ctx, endpoint, consumer, model_name)
+    local k = keys_for(consumer.key_id, model_name)
+    local _, err = dict:incr(k.r, 1, 0, ttl)
+    if err then
+        ngx_log(ERR, "usage counter: ", err)
+    end
+    ctx.usage_keys = k
+    local kind = endpoint.kind
+    if kind == "chat" or kind == "completion" then
+        ctx.usage_scan = true
+    end
+end
+
+-- Log phase: the tokens the answer reported (ctx.usage_total, set by tokens.lua).
+function _M.log(ctx)
+    local k = ctx.usage_keys
+    local total = k and ctx.usage_total
+    if not total then
+        return
+    end
+    local p = tonumber(ngx_var.sluice_prompt_tokens)
+    local c = tonumber(ngx_var.sluice_completion_tokens)
+    if p then dict:incr(k.p, p, 0, ttl) end
+    if c then dict:incr(k.c, c, 0, ttl) end
+    dict:incr(k.t, total, 0, ttl)
+end
+
+-- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
+-- [requests, prompt, completion, total]}, "seed_version"}
+function _M.report()
+    local boot, started = ensure_boot()
+    local counters = {}
+    for _, key in pairs(dict:get_keys(0)) do
+        local last = #key
+        if str_byte(key, last - 1) == 124 then   -- "...|f"
+            local v = dict:get(key)
+            if v then
+                local row_key = str_sub(key, 1, last - 2)
+                local row = counters[row_key]
+                if not row then
+                    row = { 0, 0, 0, 0 }
+                    counters[row_key] = row
+                end
+                local f = str_sub(key, last)
+                for i = 1, 4 do
+                    if FIELDS[i] == f then row[i] = v end
+                end
+            end
+        end
+    end
+    return { boot = boot, started_at = started, counters = counters,
+             seed_version = dict:get("seed_version") }
+end
+
+-- The quota counters (sluice_limits keys, as policy.lua and tokens.lua name them)
+-- that the pushed usage adds to, with their amounts.
+local function offsets(snap, usage, today, month)
+    local out = {}
+    local function add(key, n)
+        if n > 0 then out[key] = (out[key] or 0) + n end
+    end
+    for cid, models in pairs(usage) do
+        local consumer = snap.consumers[cid]
+        local plan = consumer and consumer.plan_id and snap.plans[consumer.plan_id]
+        if plan and type(models) == "table" then
+            for model, n in pairs(models) do
+                local lim = plans.limits(plan, model)
+                local d, m, t = tonumber(n[1]) or 0, tonumber(n[2]) or 0, tonumber(n[3]) or 0
+                if lim.daily and today then
+                    add("qd:" .. cid .. lim.daily_scope .. ":" .. today, d)
+                end
+                if lim.monthly and month then
+                    add("qm:" .. cid .. lim.monthly_scope .. ":" .. month, m)
+                end
+                if lim.tokens and month then
+                    add("tm:" .. cid .. lim.tokens_scope .. ":" .. month, t)
+                end
+            end
+        end
+    end
+    return out
+end
+
+local function validate(doc)
+    if type(doc) ~= "table" then return "body: must be a JSON object" end
+    if type(doc.boot) ~= "string" then return "boot: must be a string" end
+    if type(doc.version) ~= "number" or doc.version < 1 then
+        return "version: must be an integer >= 1"
+    end
+    if type(doc.day) ~= "string" or type(doc.month) ~= "string" then
+        return "day, month: must be strings (YYYYMMDD, YYYYMM)"
+    end
+    if type(doc.usage) ~= "table" then return "usage: must be an object" end
+    for cid, models in pairs(doc.usage) do
+        if type(models) ~= "table" then return "usage." .. tostring(cid) .. ": must be an object" end
+        for model, n in pairs(models) do
+            if type(n) ~= "table" then
+                return "usage." .. tostring(cid) .. "." .. tostring(model)
+                       .. ": must be [requests today, requests this month, tokens this month]"
+            end
+        end
+    end
+    return nil
+end
+
+-- POST /internal/usage. Returns the version applied, or nil, status, message.
+function _M.push(raw, snap)
+    local doc = cjson.decode(raw)
+    local bad = validate(doc)
+    if bad then
+        return nil, 400, bad
+    end
+    local boot = ensure_boot()
+    if doc.boot ~= boot then
+        return nil, 409, "usage is for gateway boot " .. doc.boot .. ", this is " .. boot
+    end
+    if not dict:add("seed_lock", true, 5) then
+        return nil, 409, "another usage push is being applied"
+    end
+    local current = dict:get("seed_version") or 0
+    if doc.version <= current then
+        dict:delete("seed_lock")
+        return nil, 409, "usage version " .. doc.version .. " is not newer than " .. current
+    end
+    local now = ngx_time()
+    local today, month = os_date("!%Y%m%d", now), os_date("!%Y%m", now)
+    local new = snap and offsets(snap, doc.usage, doc.day == today and today,
+                                 doc.month == month and month) or {}
+    local old = cjson.decode(dict:get("offsets") or "{}") or {}
+    local day_ttl = limits.to_next_day(now) + 60
+    local month_ttl = limits.to_next_month(now) + 60
+    for key, n in pairs(new) do
+        local delta = n - (old[key] or 0)
+        if delta > 0 then
+            local daily = str_sub(key, 1, 3) == "qd:"
+            limits_dict:incr(key, delta, 0, daily and day_ttl or month_ttl)
+        elseif delta < 0 then
+            limits_dict:incr(key, delta)   -- no-op when the counter has expired
+        end
+    end
+    for key, n in pairs(old) do
+        if new[key] == nil then
+            limits_dict:incr(key, -n)
+        end
+    end
+    local encoded = cjson.encode(new)
+    local ok, err = dict:safe_set("offsets", encoded)
+    if ok then
+        ok, err = dict:safe_set("seed_version", doc.version)
+    end
+    dict:delete("seed_lock")
+    if not ok then
+        ngx_log(ERR, "usage offsets not stored: ", err)
+        return nil, 500, "usage offsets not stored: " .. tostring(err)
+    end
+    return doc.version
+end
+
+return _M
