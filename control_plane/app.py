@@ -12,7 +12,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane import admin
-from control_plane.api import errors, observability, views
+# usage and observability add routes to views.bp when imported
+from control_plane.api import errors, observability, usage, views  # noqa: F401
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.settings import SettingsError, load_settings
 

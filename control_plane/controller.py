@@ -1,5 +1,6 @@
 """The controller: push the snapshot to every gateway whenever the config changes,
-and each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py).
+each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py), and
+each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it back (usage_loop.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -35,6 +36,7 @@ from control_plane.services.gateways import ensure_gateways
 from control_plane.services.push import PushError, push
 from control_plane.settings import Settings, SettingsError, load_settings
 from control_plane.shipper import Shipper
+from control_plane.usage_loop import UsageLoop
 from control_plane.weights_loop import WeightsLoop
 
 log = logging.getLogger("sluice.controller")
@@ -86,6 +88,7 @@ class Controller:
         self._scaling_actions: dict[str, str] = {}
         self.weights = WeightsLoop(self._http, clock)
         self.health = HealthLoop(self._http, clock)
+        self.usage = UsageLoop(self._http, clock)
 
     # public
 
@@ -115,6 +118,8 @@ class Controller:
             self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
         if gateways and self.health.due():
             self.health.run(self.settings, self._sessions, gateways, self._snapshot(version))
+        if gateways and self.usage.due():
+            self.usage.run(self.settings, self._sessions, gateways)
 
     def _gpu_utilization(self, session: Session) -> dict[str, float]:
         return telemetry.model_utilization(session, self.settings.telemetry_stale_after)

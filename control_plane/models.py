@@ -1,9 +1,9 @@
 """Database schema (SQLAlchemy 2.0 declarative). Changed only through Alembic."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
-from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey,
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, Date, DateTime, Float, ForeignKey,
                         Index, Integer, MetaData, String, Text, UniqueConstraint, func)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -436,3 +436,33 @@ class BackendScrapeSample(Base):
     values: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
 
     __table_args__ = (Index("ix_backend_scrape_samples_backend_id", "backend_id", "at"),)
+
+
+class UsageDaily(Base):
+    """Requests and tokens per consumer, model and UTC day, summed over every gateway
+    (collected from their counters by the controller). No foreign key: usage outlives
+    a deleted consumer, and a gateway may report one the database no longer has."""
+    __tablename__ = "usage_daily"
+
+    consumer_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True, index=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    total_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class UsageCursor(Base):
+    """The counters last collected from one gateway, for the boot (nginx start) they
+    belong to; updated in the transaction that adds their differences to usage_daily."""
+    __tablename__ = "usage_cursors"
+
+    gateway_id: Mapped[int] = mapped_column(
+        ForeignKey("gateways.id", ondelete="CASCADE"), primary_key=True)
+    boot: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[float] = mapped_column(Float)
+    # "<YYYYMMDD>|<consumer id>|<model>" -> [requests, prompt, completion, total]
+    counters: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now())

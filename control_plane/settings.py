@@ -60,6 +60,8 @@ class Settings:
     telemetry_stale_after: float = 15.0
     weights_interval: float = 1.0
     weight_coefficients: tuple[float, float, float] = (0.6, 0.3, 0.1)
+    # Usage (issue 3): seconds between collections of the gateways' usage counters.
+    usage_interval: float = 1.0
     # Active health checks of the backends (control_plane/health.py).
     health_interval: float = 2.0
     health_timeout: float = 1.0
@@ -277,6 +279,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_BREAKER_MIN_REQUESTS": ("breaker_min_requests", _count),
     "SLUICE_BREAKER_COOLDOWN_S": ("breaker_cooldown_s", _positive_float),
     "SLUICE_BREAKER_PROBES": ("breaker_probes", _count),
+    "SLUICE_USAGE_INTERVAL": ("usage_interval", _positive_float),
 }
 
 

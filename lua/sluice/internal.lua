@@ -198,7 +198,7 @@ function _M.handle()
         if method == "POST" then
             return push_usage()
         elseif method == "GET" then
-            return errors.json(200, usage.report())
+            return errors.json(200, usage.report(config.get()))
         end
         ngx.header["Allow"] = "GET, POST"
         return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")

@@ -130,8 +130,10 @@ function _M.log(ctx)
 end
 
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
--- [requests, prompt, completion, total]}, "seed_version"}
-function _M.report()
+-- [requests, prompt, completion, total]}, "seed_version", "seed_snapshot",
+-- "snapshot_version"} (the controller pushes again when the last push was applied
+-- under another snapshot: plans may have changed).
+function _M.report(snap)
     local boot, started = ensure_boot()
     local counters = {}
     for _, key in pairs(dict:get_keys(0)) do
@@ -153,7 +155,9 @@ function _M.report()
         end
     end
     return { boot = boot, started_at = started, counters = counters,
-             seed_version = dict:get("seed_version") }
+             seed_version = dict:get("seed_version") or 0,
+             seed_snapshot = dict:get("seed_snapshot") or 0,
+             snapshot_version = snap and snap.version or 0 }
 end
 
 -- The quota counters (sluice_limits keys, as policy.lua and tokens.lua name them)
@@ -214,6 +218,9 @@ function _M.push(raw, snap)
     if bad then
         return nil, 400, bad
     end
+    if not snap then
+        return nil, 503, "no snapshot yet: usage cannot be mapped to quotas"
+    end
     local boot = ensure_boot()
     if doc.boot ~= boot then
         return nil, 409, "usage is for gateway boot " .. doc.boot .. ", this is " .. boot
@@ -228,8 +235,8 @@ function _M.push(raw, snap)
     end
     local now = ngx_time()
     local today, month = os_date("!%Y%m%d", now), os_date("!%Y%m", now)
-    local new = snap and offsets(snap, doc.usage, doc.day == today and today,
-                                 doc.month == month and month) or {}
+    local new = offsets(snap, doc.usage, doc.day == today and today,
+                        doc.month == month and month)
     local old = cjson.decode(dict:get("offsets") or "{}") or {}
     local day_ttl = limits.to_next_day(now) + 60
     local month_ttl = limits.to_next_month(now) + 60
@@ -251,6 +258,9 @@ function _M.push(raw, snap)
     local ok, err = dict:safe_set("offsets", encoded)
     if ok then
         ok, err = dict:safe_set("seed_version", doc.version)
+    end
+    if ok then
+        ok, err = dict:safe_set("seed_snapshot", snap.version)
     end
     dict:delete("seed_lock")
     if not ok then

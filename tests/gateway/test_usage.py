@@ -36,7 +36,7 @@ def predict(gw, key):
 def test_requests_and_tokens_counted_per_consumer_model_and_day(served, helpers):
     day, _ = today()
     before = served.usage()
-    assert before["counters"] == {} and before["boot"]
+    assert before["counters"] == {} and before["boot"] and before["seed_version"] == 0
     sums = [0, 0, 0]
     for text in ("hello there", "one two three four", "x"):
         r = helpers.chat(served, messages=[{"role": "user", "content": text}])
@@ -69,6 +69,7 @@ def test_boot_survives_reload_not_restart(served, helpers):
     served.stop()
     served.start()
     restarted = served.usage()
+    assert restarted["snapshot_version"] == 1    # from the last-known-good file
     assert restarted["boot"] != first["boot"]
     assert restarted["started_at"] > first["started_at"]
     assert restarted["counters"] == {}
@@ -83,7 +84,8 @@ def test_pushed_usage_fills_the_quota_counters(gateway_factory, helpers, backend
             "usage": {"3": {"chat-demo": [4, 4, 0]}, "99": {"chat-demo": [50, 50, 0]}}}
     r = gw.push_usage(body)
     assert r.status_code == 200 and r.json() == {"version": 1}, r.text
-    assert gw.usage()["seed_version"] == 1
+    got = gw.usage()
+    assert (got["seed_version"], got["seed_snapshot"], got["snapshot_version"]) == (1, 1, 1)
     assert helpers.chat(gw, key=PLAN_KEY).status_code == 200        # 4 + 1 = 5
     err = helpers.assert_error(helpers.chat(gw, key=PLAN_KEY), 429, "rate_limited")
     assert "daily request quota" in err["message"]
@@ -117,3 +119,11 @@ def test_pushed_tokens_fill_the_monthly_token_quota(gateway_factory, helpers, ba
     assert r.status_code == 200, r.text
     err = helpers.assert_error(helpers.chat(gw, key=PLAN_KEY), 429, "rate_limited")
     assert "token quota" in err["message"]
+
+
+def test_usage_push_without_a_snapshot_is_refused(gateway, helpers):
+    day, month = today()
+    r = gateway.push_usage({"boot": gateway.usage()["boot"], "version": 1, "day": day,
+                            "month": month, "usage": {}})
+    helpers.assert_error(r, 503, "backend_unavailable")
+    assert gateway.usage()["seed_version"] == 0
