@@ -1,4 +1,4 @@
-"""Plans' quotas against what their consumers used (from the shipped inference log)."""
+"""Plans' quotas against what their consumers used (from usage_daily)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -1,9 +1,9 @@
-"""Consumers' use of their plans' quotas, counted from the shipped inference log.
+"""Consumers' use of their plans' quotas, for the admin UI's quota usage page, from
+usage_daily (collected from every gateway's counters by the controller).
 
-The gateways enforce quotas from their own shared-dict counters; this is the fleet's
-view of the same periods (UTC day and month), as far as the log has been shipped.
-Requests count when the gateway answered them without refusing them for a limit
-(429), which is what the quota counters count too.
+Each figure is what the plan-wide quota counts: models that a plan's
+`model_overrides` give a quota field of their own are left out of that field (the
+API's GET /consumers/<id>/usage shows them per model).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Consumer, InferenceLog, Plan
+from control_plane.models import Consumer, Plan, UsageDaily
 
 
 @dataclass(frozen=True)
@@ -34,29 +34,41 @@ def period_starts(now: datetime) -> tuple[datetime, datetime]:
     return day, day.replace(day=1)
 
 
+def _own(plan: Plan, field: str) -> set[str]:
+    """Models counted apart from the plan for `field`."""
+    return {m for m, o in (plan.model_overrides or {}).items()
+            if isinstance(o, dict) and field in o}
+
+
 def by_consumer(session: Session, now: datetime | None = None) -> list[Usage]:
     """One row per consumer on a plan, by consumer name."""
     day, month = period_starts(now or datetime.now(timezone.utc))
-    counted = InferenceLog.status != 429
-    tokens = func.coalesce(InferenceLog.prompt_tokens, 0) + \
-        func.coalesce(InferenceLog.completion_tokens, 0)
-    stmt = (select(InferenceLog.consumer,
-                   func.count().filter(InferenceLog.ts >= day, counted).label("today"),
-                   func.count().filter(counted).label("month"),
-                   func.coalesce(func.sum(tokens), 0).label("tokens"))
-            .where(InferenceLog.ts >= month, InferenceLog.consumer.is_not(None))
-            .group_by(InferenceLog.consumer))
-    used = {r.consumer: r for r in session.execute(stmt)}
-    rows = session.execute(select(Consumer.name, Plan).join(Plan, Consumer.plan_id == Plan.id)
-                           .order_by(Consumer.name))
+    today = day.date()
+    stmt = (select(UsageDaily.consumer_id, UsageDaily.model,
+                   func.coalesce(func.sum(UsageDaily.requests)
+                                 .filter(UsageDaily.day == today), 0).label("today"),
+                   func.sum(UsageDaily.requests).label("month"),
+                   func.sum(UsageDaily.total_tokens).label("tokens"))
+            .where(UsageDaily.day >= month.date(), UsageDaily.day <= today)
+            .group_by(UsageDaily.consumer_id, UsageDaily.model))
+    used: dict[int, list] = {}
+    for r in session.execute(stmt):
+        used.setdefault(r.consumer_id, []).append(r)
+    rows = session.execute(select(Consumer.id, Consumer.name, Plan)
+                           .join(Plan, Consumer.plan_id == Plan.id).order_by(Consumer.name))
     out = []
-    for name, plan in rows:
-        u = used.get(name)
+    for cid, name, plan in rows:
+        mine = used.get(cid, [])
+
+        def total(field: str, column: str) -> int:
+            skip = _own(plan, field)
+            return sum(int(getattr(r, column)) for r in mine if r.model not in skip)
+
         out.append(Usage(consumer=name, plan=plan.name,
-                         requests_today=u.today if u else 0,
+                         requests_today=total("daily_requests", "today"),
                          daily_requests=plan.daily_requests,
-                         requests_month=u.month if u else 0,
+                         requests_month=total("monthly_requests", "month"),
                          monthly_requests=plan.monthly_requests,
-                         tokens_month=int(u.tokens) if u else 0,
+                         tokens_month=total("monthly_tokens", "tokens"),
                          monthly_tokens=plan.monthly_tokens))
     return out

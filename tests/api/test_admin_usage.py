@@ -1,11 +1,11 @@
-"""The quota usage page: consumers on plans against their quotas, from the log."""
+"""The quota usage page: consumers on plans against their quotas, from usage_daily."""
 from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import InferenceLog
+from control_plane.models import UsageDaily
 from control_plane.services import admin_users, usage
 
 PASSWORD = "correct horse battery"
@@ -20,31 +20,36 @@ def _login(client):
 
 def test_usage_counts_today_and_this_month_against_the_plan(client, api, db_url):
     plan = api("post", "/plans", json={"name": "small", "daily_requests": 10,
-                                       "monthly_tokens": 1000}).get_json()
-    api("post", "/consumers", json={"name": "acme", "plan_id": plan["id"]})
+                                       "monthly_tokens": 1000,
+                                       "model_overrides": {"big": {"daily_requests": 1}}}
+               ).get_json()
+    acme = api("post", "/consumers", json={"name": "acme", "plan_id": plan["id"]}).get_json()
     api("post", "/consumers", json={"name": "no-plan"})
     now = datetime.now(timezone.utc)
     day, month = usage.period_starts(now)
+    today, first = day.date(), month.date()
     engine = make_engine(db_url)
     with make_sessionmaker(engine)() as session:
         admin_users.create_user(session, "vera", PASSWORD, "viewer")
-        rows = [(now - timedelta(seconds=1), 200), (now - timedelta(seconds=2), 200),
-                (now - timedelta(seconds=3), 502), (now - timedelta(seconds=4), 429),
-                (month, 200), (month - timedelta(seconds=1), 200)]  # last: last month
-        for i, (ts, status) in enumerate(rows):
-            session.add(InferenceLog(ts=ts, gateway="gw", request_id=f"r{i}",
-                                     consumer="acme", status=status, prompt_tokens=10,
-                                     completion_tokens=5))
+        rows = [("chat", today, 3, 45), ("big", today, 2, 30),   # big: a daily quota of its own
+                ("chat", first - timedelta(days=1), 7, 105)]   # last month
+        if today != first:
+            rows.append(("chat", first, 1, 15))
+        for model, d, requests, tokens in rows:
+            session.add(UsageDaily(consumer_id=acme["id"], model=model, day=d,
+                                   requests=requests, prompt_tokens=tokens,
+                                   completion_tokens=0, total_tokens=tokens))
         session.commit()
     engine.dispose()
 
-    today = 3 + (1 if month == day else 0)  # on the 1st the month's first row is today's
-    [acme] = _rows(db_url)
-    assert (acme.consumer, acme.requests_today, acme.requests_month) == ("acme", today, 4)
-    assert acme.tokens_month == 5 * 15
+    earlier = 0 if today == first else 1
+    [row] = _rows(db_url)
+    assert (row.consumer, row.requests_today) == ("acme", 3)
+    assert row.requests_month == 5 + earlier   # "big" counts for the monthly quota
+    assert row.tokens_month == 75 + 15 * earlier
     _login(client)
     html = client.get("/admin/usage/").get_data(as_text=True)
-    assert f"{today} / 10" in html and "75 / 1,000" in html
+    assert "3 / 10" in html and f"{75 + 15 * earlier} / 1,000" in html
     assert "no-plan" not in html
 
 
