@@ -46,6 +46,9 @@ class Model(Timestamps, Base):
     # consumers share cached answers (False: each consumer sees only its own).
     cache_ttl_s: Mapped[int] = mapped_column(Integer, default=300, server_default="300")
     cache_shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Mask e-mail addresses, phone, national ID and card numbers in requests before
+    # they reach this model's backends (lua/sluice/pii.lua).
+    mask_pii: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     # Coefficients of the weight formula for this model's pools, e.g.
     # {"memory": 0.6, "success": 0.3, "latency": 0.1}; NULL: the controller's defaults.
     weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)

@@ -114,6 +114,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("fallback_model", "Fallback model", blank_is_null=True,
                        help="Another model's name: it answers when this one times out. "
                             "Empty: none."),
+                 Input("mask_pii", "Mask PII", "checkbox", default=False,
+                       help="Mask e-mail addresses, phone, national ID and card numbers "
+                            "in requests before they reach the backends."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda m: m.name), ("Timeout (ms)", lambda m: m.timeout_ms),
                   ("Backends", lambda m: len(m.backends)),

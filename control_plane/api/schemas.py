@@ -51,6 +51,7 @@ class ModelSchema(Schema):
         "timeout_ms": Field(v.integer(1, MAX_TIMEOUT_MS)),
         "cache_ttl_s": Field(v.integer(0, MAX_CACHE_TTL_S)),
         "cache_shared": Field(v.boolean),
+        "mask_pii": Field(v.boolean),
         "enabled": Field(v.boolean),
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
@@ -63,7 +64,8 @@ class ModelSchema(Schema):
     def render(self, m: Model) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
-                "enabled": m.enabled, "weight_coefficients": m.weight_coefficients,
+                "mask_pii": m.mask_pii, "enabled": m.enabled,
+                "weight_coefficients": m.weight_coefficients,
                 "gpu_class": m.gpu_class,
                 "fallback_model": m.fallback_model,
                 "created_at": iso(m.created_at),

@@ -122,7 +122,8 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                               "timeout_ms": model.timeout_ms,
                               "cache_ttl_s": model.cache_ttl_s,
                               "cache_shared": model.cache_shared,
-                              "fallback_model": model.fallback_model, "backends": backends}
+                              "fallback_model": model.fallback_model,
+                              "mask_pii": model.mask_pii, "backends": backends}
         if model.gpu_class:
             models[model.name]["gpu_class"] = model.gpu_class
     for entry in models.values():   # a disabled fallback is no fallback

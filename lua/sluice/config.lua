@@ -212,6 +212,7 @@ local function compile(s)
                          cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
                          cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
                          fallback = s.models[m.fallback_model] and m.fallback_model or nil,
+                         mask_pii = m.mask_pii == true,   -- sluice.pii.forward
                          pool_order = order }
     end
 

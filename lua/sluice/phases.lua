@@ -19,6 +19,7 @@ local fallback = require("sluice.fallback")
 local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
+local pii = require("sluice.pii")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -35,7 +36,7 @@ local _M = {}
 
 function _M.init(opts)
     internal.init(opts.token)
-    require("sluice.pii").configure(opts.log_excerpts)
+    pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
     -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
@@ -154,8 +155,11 @@ function _M.access()
     ctx.model = model
     ctx.consumer = consumer
     observe.backend(backend)
+    doc = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
+    if not doc then
+        return errors.exit(500, "internal_error", "the request could not be masked")
+    end
     fallback.arm(model)   -- before convert.prepare() rewrites the body
-
     local path
     path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
     if not path then

@@ -4,10 +4,18 @@
 --
 -- Patterns are deliberately broad (a false mask costs nothing in a log line; a
 -- missed one leaks): the order matters, longer and more specific shapes first.
+local cjson = require("cjson.safe")
+
 local ngx = ngx
 local re_gsub = ngx.re.gsub
 local re_match = ngx.re.match
 local ngx_var = ngx.var
+local ngx_req = ngx.req
+local str_find = string.find
+local str_sub = string.sub
+
+-- a JSON string literal, escapes included; possessive, so long strings never backtrack
+local JSON_STRING = [["(?:[^"\\]++|\\.)*+"]]
 
 local _M = {}
 
@@ -56,6 +64,39 @@ function _M.excerpt(body)
     if m then
         ngx_var.sluice_excerpt = _M.mask(m[0])
     end
+end
+
+local function mask_literal(m)
+    local lit = m[0]
+    if str_find(lit, "[%d@]") then   -- every rule needs a digit or an "@"
+        return '"' .. _M.mask(str_sub(lit, 2, -2)) .. '"'
+    end
+    return lit
+end
+
+-- Access phase, before conversion: for a model with `mask_pii`, mask the string
+-- values (and keys) of the JSON body that goes to the backend. Numbers and the
+-- document's shape are left as they are: only string literals are rewritten, and no
+-- placeholder needs escaping. Returns the document to convert from (re-decoded when
+-- something was masked), or nil when masking failed (nothing may be forwarded then).
+function _M.forward(model, doc)
+    if not model.mask_pii then
+        return doc
+    end
+    local raw = ngx_req.get_body_data()
+    if not raw then
+        return doc
+    end
+    local masked, _, err = re_gsub(raw, JSON_STRING, mask_literal, "jo")
+    if not masked then
+        ngx.log(ngx.ERR, "pii masking of the request failed: ", err)
+        return nil
+    end
+    if masked == raw then
+        return doc
+    end
+    ngx_req.set_body_data(masked)
+    return cjson.decode(masked) or doc
 end
 
 return _M

@@ -1,5 +1,6 @@
 """Usage per consumer, model and UTC day, collected from the gateways' counters, and
-each gateway's last collected counters (the cursor that makes collection idempotent).
+each gateway's last collected counters (the cursor that makes collection idempotent);
+models.mask_pii (PII masked in what is forwarded to the model's backends).
 
 Revision ID: 0012
 Revises: 0005
@@ -18,6 +19,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column("models", sa.Column("mask_pii", sa.Boolean(), nullable=False,
+                                      server_default="false"))
     op.create_table(
         "usage_daily",
         sa.Column("consumer_id", sa.Integer(), nullable=False),
@@ -48,3 +51,4 @@ def downgrade() -> None:
     op.drop_table("usage_cursors")
     op.drop_index("ix_usage_daily_day", table_name="usage_daily")
     op.drop_table("usage_daily")
+    op.drop_column("models", "mask_pii")

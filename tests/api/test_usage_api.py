@@ -155,3 +155,18 @@ def test_usage_rows_filtered_by_consumer_model_and_days(api, sessions):
     r = api("get", "/usage?from=yesterday&colour=red")
     assert r.status_code == 422
     assert set(r.get_json()["error"]["fields"]) == {"from", "colour"}
+
+
+def test_mask_pii_flag_through_the_api_into_the_snapshot(api, make):
+    model = make("model")
+    assert model["mask_pii"] is False
+    version = api("get", "/config").get_json()["version"]
+    r = api("patch", f"/models/{model['id']}", json={"mask_pii": True})
+    assert r.status_code == 200 and r.get_json()["mask_pii"] is True
+    assert api("get", "/config").get_json()["version"] == version + 1
+    assert api("get", "/snapshot").get_json()["models"][model["name"]]["mask_pii"] is True
+    r = api("patch", f"/models/{model['id']}", json={"mask_pii": "yes"})
+    assert r.status_code == 422 and "mask_pii" in r.get_json()["error"]["fields"]
+    [entry] = api("get", f"/audit?resource=model&resource_id={model['id']}&action=update"
+                  ).get_json()["items"]
+    assert entry["before"]["mask_pii"] is False and entry["after"]["mask_pii"] is True
