@@ -130,9 +130,10 @@ function _M.log(ctx)
 end
 
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
--- [requests, prompt, completion, total]}, "seed_version", "seed_snapshot",
--- "snapshot_version"} (the controller pushes again when the last push was applied
--- under another snapshot: plans may have changed).
+-- [requests, prompt, completion, total]}, "offsets": {"<quota counter>": n} (what
+-- the last push added), "seed_version", "seed_snapshot", "snapshot_version"} (the
+-- controller pushes again when the last push was applied under another snapshot:
+-- plans may have changed).
 function _M.report(snap)
     local boot, started = ensure_boot()
     local counters = {}
@@ -155,6 +156,7 @@ function _M.report(snap)
         end
     end
     return { boot = boot, started_at = started, counters = counters,
+             offsets = cjson.decode(dict:get("offsets") or "{}") or {},
              seed_version = dict:get("seed_version") or 0,
              seed_snapshot = dict:get("seed_snapshot") or 0,
              snapshot_version = snap and snap.version or 0 }

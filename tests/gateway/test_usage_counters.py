@@ -86,6 +86,7 @@ def test_pushed_usage_fills_the_quota_counters(gateway_factory, helpers, backend
     assert r.status_code == 200 and r.json() == {"version": 1}, r.text
     got = gw.usage()
     assert (got["seed_version"], got["seed_snapshot"], got["snapshot_version"]) == (1, 1, 1)
+    assert got["offsets"] == {f"qd:3:*:{day}": 4, f"qm:3:*:{month}": 4}   # 99: no such consumer
     assert helpers.chat(gw, key=PLAN_KEY).status_code == 200        # 4 + 1 = 5
     err = helpers.assert_error(helpers.chat(gw, key=PLAN_KEY), 429, "rate_limited")
     assert "daily request quota" in err["message"]

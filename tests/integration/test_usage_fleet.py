@@ -3,6 +3,7 @@ into Postgres, shown by the admin API, and pushed back so a restarted gateway ke
 enforcing the quota."""
 from __future__ import annotations
 
+import signal
 import time
 
 import requests
@@ -70,3 +71,28 @@ def test_usage_survives_gateway_and_controller_restarts(stack, demo):
     assert int(r.headers["Retry-After"]) > 0
     got = _wait("the 5th request", lambda: (q := _quota(stack, cid))["used"] >= 5 and q)
     assert (got["used"], got["remaining"]) == (5, 0)
+
+
+def test_two_gateways_share_the_daily_quota(stack, demo):
+    second = stack.new_gateway("gw2")
+    stack.write_config([stack.gateway, second])
+    stack.children["controller"].send_signal(signal.SIGHUP)
+    stack.wait_served(second)
+    cid = demo["consumer"]["id"]
+    plan = stack.admin.create("plans", name="four-a-day", daily_requests=4)
+    stack.admin.update("consumers", cid, plan_id=plan["id"])
+    stack.wait_served()
+    stack.wait_served(second)
+    key = demo["key"]["key"]
+    for gw in (stack.gateway, stack.gateway, second, second):
+        assert stack.chat(key, "chat-demo", gateway=gw).status_code == 200
+    _wait("4 requests in the admin API", lambda: _quota(stack, cid)["used"] >= 4)
+    assert _quota(stack, cid)["used"] == 4
+    day = time.strftime("%Y%m%d", time.gmtime())
+    counter = f"qd:{cid}:*:{day}"
+    for gw in (stack.gateway, second):   # each gets the other's 2 requests
+        _wait("the other gateway's usage", lambda gw=gw: gw.usage()["offsets"].get(counter) == 2)
+    for gw in (stack.gateway, second):
+        r = stack.chat(key, "chat-demo", gateway=gw)
+        assert r.status_code == 429, r.text
+        assert "daily request quota" in r.json()["error"]["message"]
