@@ -98,6 +98,8 @@ def ingest(session: Session, gateway_id: int, boot: str, started_at: float,
                 set_={f: getattr(UsageDaily, f) + getattr(stmt.excluded, f) for f in FIELDS}))
         oldest = today - timedelta(days=KEEP_DAYS)
         merged = {k: v for k, v in merged.items() if parse_key(k)[0] >= oldest}
+        if cursor.boot == boot and merged == cursor.counters:
+            return merged     # nothing new: no write (this runs every second)
         cursor.boot, cursor.started_at, cursor.counters = boot, started_at, merged
         cursor.updated_at = func.now()
     return merged
