@@ -4,8 +4,9 @@ Protocols, all plain HTTP/1.1 with keep-alive (the others — ``kserve_v2``,
 ``tfserving``, ``vendor-a``, ``vendor-b`` — and OpenAI's completions and embeddings
 are described in ``control_plane/demo/protocols.py``):
 
-- ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming) and
-  ``GET /v1/models``. The answer echoes the last user message as ``"echo: <text>"``.
+- ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming,
+  ``control_plane/demo/openai_chat.py``) and ``GET /v1/models``. The answer echoes the
+  last user message as ``"echo: <text>"``.
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
@@ -34,9 +35,7 @@ Fault injection, per request through request headers (they override the flags):
 ``--failure-rate F`` makes a fraction F of inference requests answer 500 (``/health``
 is exempt, so a flaky backend still looks alive to health checks).
 
-Token counts in ``usage`` are whitespace-separated words: ``prompt_tokens`` over the
-content of every message, ``completion_tokens`` over the answer. Stream chunks are one
-word each (with its trailing whitespace), so the deltas concatenate to the full answer.
+Token counts in ``usage`` are whitespace-separated words (``openai_chat.py``).
 
 Run: ``python -m control_plane.demo.backends --protocol openai --port 9101``.
 """
@@ -48,17 +47,15 @@ import random
 import re
 import threading
 import time
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import metrics, protocols, readiness
+from control_plane.demo import metrics, openai_chat, protocols, readiness
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
 PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
-WORD = re.compile(r"\S+\s*")
 HOLD_MAX_S = 60.0
 
 # OpenAI's error "type" for a status, so injected errors look like the real thing.
@@ -295,7 +292,7 @@ class DemoHandler(BaseHTTPRequestHandler):
             if self.server.protocol == "openai" and path == "/v1/chat/completions":
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
-                    self._chat_completions(body)
+                    openai_chat.chat_completions(self, body)
                 return
             match = PREDICT_PATH.match(path)
             if self.server.protocol == "predict" and match:
@@ -308,76 +305,6 @@ class DemoHandler(BaseHTTPRequestHandler):
             self._send_error(400, str(exc))
             return
         self._send_error(404, f"no route for POST {path}")
-
-    # ---- openai -----------------------------------------------------------------
-
-    def _chat_completions(self, body) -> None:
-        if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or \
-                not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("'messages' must be a non-empty list of objects")
-        model = body.get("model", self.server.name)
-        if not isinstance(model, str):
-            raise BadRequest("'model' must be a string")
-        user = [m for m in messages if m.get("role") == "user"]
-        answer = "echo: " + (_text(user[-1].get("content")) if user else "")
-        prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
-        completion_tokens = len(answer.split())
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
-        ident = "chatcmpl-" + uuid.uuid4().hex[:24]
-        created = int(time.time())
-        if body.get("stream") is True:
-            options = body.get("stream_options") or {}
-            include_usage = isinstance(options, dict) and options.get("include_usage") is True
-            self._stream_chat(ident, created, model, answer, usage, include_usage)
-            return
-        self._send_json(200, {
-            "id": ident, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
-                         "logprobs": None, "finish_reason": "stop"}],
-            "usage": usage,
-        })
-
-    def _stream_chat(self, ident, created, model, answer, usage, include_usage) -> None:
-        delay = self._header_number("X-Demo-Chunk-Delay-Ms", self.server.chunk_delay_ms)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self._demo_headers()
-        self.end_headers()
-
-        def chunk(delta, finish_reason=None, choices=True, chunk_usage=None):
-            obj = {"id": ident, "object": "chat.completion.chunk", "created": created,
-                   "model": model,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                "finish_reason": finish_reason}] if choices else []}
-            if include_usage:
-                obj["usage"] = chunk_usage
-            return obj
-
-        events = [chunk({"role": "assistant", "content": ""})]
-        events += [chunk({"content": word}) for word in WORD.findall(answer)]
-        events.append(chunk({}, finish_reason="stop"))
-        if include_usage:
-            events.append(chunk(None, choices=False, chunk_usage=usage))
-        try:
-            for i, event in enumerate(events):
-                if i and delay:
-                    time.sleep(delay / 1000.0)
-                self._write_chunk(b"data: " + json.dumps(event, ensure_ascii=False)
-                                  .encode("utf-8") + b"\n\n")
-            self._write_chunk(b"data: [DONE]\n\n")
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            self.server.streams["aborted"] += 1
-            self.close_connection = True
-            return
-        self.server.streams["completed"] += 1
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -398,16 +325,6 @@ class DemoHandler(BaseHTTPRequestHandler):
             inputs = [inputs]
         self._send_json(200, {"model": model, "backend": self.server.name,
                               "predictions": [prediction(x) for x in inputs]})
-
-
-def _text(content) -> str:
-    """The text of a message's content: a string or a list of content parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content
-                       if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
 
 
 def serve(protocol: str, host: str, port: int, name: str, latency_ms: float = 0,
