@@ -29,11 +29,9 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,10 +44,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
+from bench.wrk import MODEL, BenchError, run_wrk  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
 
-WRK_SCRIPT = REPO / "bench" / "chat.lua"
-MODEL = "bench-chat"
 UPSTREAM_ANSWER = {
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 1764435000,
     "model": MODEL,
@@ -57,10 +54,6 @@ UPSTREAM_ANSWER = {
                  "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
 }
-
-
-class BenchError(RuntimeError):
-    """The run cannot produce trustworthy figures."""
 
 
 # ---- plain nginx ------------------------------------------------------------------
@@ -194,7 +187,7 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
     return gateway
 
 
-# ---- checks and wrk ---------------------------------------------------------------
+# ---- checks (wrk runs: bench/wrk.py) ------------------------------------------------------------
 
 def check_answers(name: str, url: str, key: str | None) -> None:
     """One real request before measuring: 200 and the upstream's answer, passed through."""
@@ -214,95 +207,6 @@ def check_answers(name: str, url: str, key: str | None) -> None:
         raise BenchError(f"{name} did not pass the upstream answer through: {content!r}")
     if name.startswith("policy") and "X-RateLimit-Limit" not in resp.headers:
         raise BenchError("policy answered without X-RateLimit-Limit: the plan was not applied")
-
-
-_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
-
-
-def _seconds(value: str, unit: str) -> float:
-    return float(value) * _UNIT_S[unit]
-
-
-def parse_wrk(output: str) -> dict:
-    """Figures from a wrk run: the BENCH_JSON line of chat.lua's done(), else the text.
-
-    Returns rps, p50_ms, p99_ms, requests, non_2xx, socket_errors.
-    """
-    for line in output.splitlines():
-        if line.startswith("BENCH_JSON "):
-            data = json.loads(line[len("BENCH_JSON "):])
-            errors = data["errors"]
-            return {
-                "requests": data["requests"],
-                "rps": data["requests"] / (data["duration_us"] / 1e6),
-                "p50_ms": data["latency_us"]["p50"] / 1000,
-                "p99_ms": data["latency_us"]["p99"] / 1000,
-                "non_2xx": errors["status"],
-                "socket_errors": sum(errors[k] for k in ("connect", "read", "write",
-                                                         "timeout")),
-            }
-    # Text fallback (wrk's human output), in case the script's done() did not run.
-    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.M)
-    total = re.search(r"^\s*(\d+) requests in", output, re.M)
-    pct = {p: re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s|m)\s*$", output, re.M)
-           for p in ("50", "99")}
-    if not (rps and total and all(pct.values())):
-        raise BenchError(f"cannot read wrk's output:\n{output}")
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), "
-                     r"timeout (\d+)", output)
-    return {
-        "requests": int(total.group(1)),
-        "rps": float(rps.group(1)),
-        "p50_ms": _seconds(*pct["50"].groups()) * 1000,
-        "p99_ms": _seconds(*pct["99"].groups()) * 1000,
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-        "socket_errors": sum(map(int, sock.groups())) if sock else 0,
-    }
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(entry.name))
-    return kids
-
-
-def worker_cpu_seconds(master_pid: int) -> float:
-    """User + system CPU of an nginx master's workers so far (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in _children(master_pid):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])   # utime, stime (fields 14, 15)
-    return total / tick
-
-
-def run_wrk(url: str, key: str | None, duration: float, connections: int,
-            threads: int, master_pid: int | None = None) -> dict:
-    args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
-            "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
-    cpu0 = worker_cpu_seconds(master_pid) if master_pid else None
-    out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
-    if out.returncode != 0:
-        raise BenchError(f"wrk failed ({out.returncode}): {out.stderr}{out.stdout}")
-    figures = parse_wrk(out.stdout)
-    if cpu0 is not None and figures["requests"]:
-        # CPU the nginx workers spent per request: unlike req/s, it barely moves when
-        # other processes take the cores, so it is the steadier figure to compare.
-        figures["cpu_us"] = ((worker_cpu_seconds(master_pid) - cpu0)
-                             / figures["requests"] * 1e6)
-    figures["raw"] = out.stdout
-    return figures
 
 
 def show_failures(name: str, url: str, key: str | None, n: int = 5) -> None:
