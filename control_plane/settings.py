@@ -146,11 +146,35 @@ def _coefficients(value: str) -> tuple[float, float, float]:
     return nums  # type: ignore[return-value]
 
 
+class _Reason(ValueError):
+    """A problem in words we wrote, free of the value it judges (ValueErrors raised by
+    Python itself, such as urlsplit's port errors, may quote part of the value)."""
+
+
+def _port_of(parts) -> int | None:
+    try:
+        return parts.port
+    except ValueError:
+        raise _Reason("the port must be a number in 0..65535") from None
+
+
 def _http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL")
     parts.port  # raises ValueError on a bad port
+    return value.rstrip("/")
+
+
+def _webhook_url(value: str) -> str | None:
+    """An http(s) URL that may carry a token: its errors never quote it."""
+    value = value.strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _Reason("must be an http(s) URL")
+    _port_of(parts)
     return value.rstrip("/")
 
 
@@ -180,13 +204,14 @@ def parse_redis_url(value: str) -> RedisURL:
     """`redis://[[user]:password@]host[:port][/db]`."""
     parts = urlsplit(value.strip())
     if parts.scheme != "redis" or not parts.hostname:
-        raise ValueError("must be a URL such as redis://[:password@]host:6379/0")
+        raise _Reason("must be a URL such as redis://[:password@]host:6379/0")
+    port = _port_of(parts) or 6379
     if parts.query or parts.fragment:
-        raise ValueError("takes no query or fragment")
+        raise _Reason("takes no query or fragment")
     path = parts.path.strip("/")
     if path and not path.isdigit():
-        raise ValueError("the database must be a number such as /0")
-    return RedisURL(host=parts.hostname, port=parts.port or 6379, db=int(path or 0),
+        raise _Reason("the database must be a number such as /0")
+    return RedisURL(host=parts.hostname, port=port, db=int(path or 0),
                     username=unquote(parts.username) if parts.username else None,
                     password=unquote(parts.password) if parts.password else None)
 
@@ -232,7 +257,7 @@ def _access_logs(value: str) -> tuple[Any, ...]:
 def _database_url(value: str) -> str | None:
     value = value.strip()
     if value and "://" not in value:
-        raise ValueError("must be a URL such as postgresql://user@host/db")
+        raise _Reason("must be a URL such as postgresql://user@host/db")
     return value or None
 
 
@@ -265,7 +290,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_SCALE_DOWN_GPU": ("scale_down_gpu", _positive_float),
     "SLUICE_SCALE_UP_RPS": ("scale_up_rps", _positive_float),
     "SLUICE_SCALE_UP_P99_MS": ("scale_up_p99_ms", _positive_float),
-    "SLUICE_SCALING_WEBHOOK": ("scaling_webhook", lambda v: _http_url(v) if v.strip() else None),
+    "SLUICE_SCALING_WEBHOOK": ("scaling_webhook", _webhook_url),
     "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
     "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
     "SLUICE_AGENT_TOKEN": ("agent_token", _str),
@@ -283,8 +308,11 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
-# values that may carry a password: errors name the variable, not its value
-_SECRET_VARIABLES = {"SLUICE_REDIS_URL"}
+# values that may carry a password or token: errors name the variable and the
+# problem, never the value (nor a Python message that may quote part of it)
+_SECRET_VARIABLES = {"DATABASE_URL", "SLUICE_REDIS_URL", "SLUICE_SCALING_WEBHOOK",
+                     "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_AGENT_TOKEN",
+                     "SLUICE_SECRET_KEY"}
 
 
 def read_config_file(path: str) -> dict[str, str]:
@@ -326,10 +354,12 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         try:
             kwargs[field] = parse(raw)
         except ValueError as exc:
+            if name in _SECRET_VARIABLES:
+                reason = str(exc) if isinstance(exc, _Reason) else "is not valid"
+                raise SettingsError(f"{name}=<redacted>: {reason}") from None
             # int()/float() messages are Python jargon; say what we expected instead
             reason = str(exc)
             if reason.startswith(("invalid literal", "could not convert")):
                 reason = "expected a number"
-            shown = "<redacted>" if name in _SECRET_VARIABLES else repr(raw)
-            raise SettingsError(f"{name}={shown}: {reason}") from None
+            raise SettingsError(f"{name}={raw!r}: {reason}") from None
     return Settings(**kwargs)

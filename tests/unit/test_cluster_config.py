@@ -28,7 +28,8 @@ def test_redis_settings():
 @pytest.mark.parametrize("name,value,reason", [
     ("SLUICE_REDIS_URL", "http://h:6379", "redis://"),
     ("SLUICE_REDIS_URL", "redis://:pw@h/zero", "database must be a number"),
-    ("SLUICE_REDIS_URL", "redis://:pw@h:99999", "Port out of range"),
+    ("SLUICE_REDIS_URL", "redis://:pw@h:99999", "port must be a number in 0..65535"),
+    ("SLUICE_REDIS_URL", "redis://:pw@h:pw/0", "port must be a number in 0..65535"),
     ("SLUICE_REDIS_FAILURE", "maybe", "open or closed"),
 ])
 def test_bad_values(name, value, reason):

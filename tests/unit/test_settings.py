@@ -39,13 +39,36 @@ def test_every_variable():
     ("SLUICE_CONTROLLER_INTERVAL", "-1", "positive number of seconds"),
     ("SLUICE_PUSH_TIMEOUT", "nan", "positive number of seconds"),
     ("SLUICE_GATEWAYS", "127.0.0.1:9180", "is not an http(s) URL"),
-    ("DATABASE_URL", "not a url", "must be a URL"),
 ])
 def test_bad_values_name_the_variable(name, value, reason):
     with pytest.raises(SettingsError) as err:
         load_settings({name: value})
     assert str(err.value).startswith(f"{name}={value!r}: ")
     assert reason in str(err.value)
+
+
+PASSWORD = "Hunter2-s3cret"
+
+
+@pytest.mark.parametrize("name,value,reason", [
+    ("DATABASE_URL", f"postgresql//app:{PASSWORD}@db.internal/sluice", "must be a URL"),
+    ("SLUICE_REDIS_URL", f"http://:{PASSWORD}@cache:6379/0", "redis://"),
+    ("SLUICE_REDIS_URL", f"redis://:{PASSWORD}@cache:6379/0?x=1", "no query"),
+    ("SLUICE_REDIS_URL", f"redis://:{PASSWORD}@cache/db{PASSWORD}", "database must be"),
+    # a "/" in the password: urlsplit reads what precedes it as user:port
+    ("SLUICE_REDIS_URL", f"redis://app:{PASSWORD}/x@cache/0", "port must be a number"),
+    ("SLUICE_SCALING_WEBHOOK", f"hooks.example/notify?token={PASSWORD}", "http(s) URL"),
+    ("SLUICE_SCALING_WEBHOOK", f"https://hooks.example:{PASSWORD}/notify", "port must be"),
+])
+def test_bad_secret_values_name_the_variable_never_the_value(name, value, reason):
+    with pytest.raises(SettingsError) as err:
+        load_settings({name: value})
+    message = str(err.value)
+    assert message.startswith(f"{name}=<redacted>: ")
+    assert reason in message
+    for part in (PASSWORD, PASSWORD.split("-")[0], value):
+        assert part not in message
+        assert part not in repr(err.value)
 
 
 def test_config_file_overlays_environment(tmp_path):
