@@ -1,6 +1,8 @@
 """The controller: push the snapshot to every gateway whenever the config changes,
 each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py), and
-each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it back (usage_loop.py).
+each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it back (usage_loop.py),
+and each SLUICE_HEALTH_INTERVAL probe the backends on a background thread and push
+their readiness (health.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -116,8 +118,8 @@ class Controller:
             self._record(due, snap["version"], results)
         if gateways and self.weights.due():
             self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
-        if gateways and self.health.due():
-            self.health.run(self.settings, self._sessions, gateways, self._snapshot(version))
+        if gateways:   # probes run in the background: a hung backend holds no tick
+            self.health.kick(self.settings, self._sessions, gateways, self._snapshot(version))
         if gateways and self.usage.due():
             self.usage.run(self.settings, self._sessions, gateways)
 
@@ -232,6 +234,7 @@ class Controller:
 
     def close(self) -> None:
         self.weights.scraper.close()
+        self.health.close()
         self._http.close()
         self._engine.dispose()
 

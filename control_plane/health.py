@@ -16,13 +16,19 @@ Anything else (refused, timed out, another status) is `unreachable`: shown in th
 API and /metrics, but routing around failures stays the circuit breaker's job, so
 only `loading` keeps traffic away (lua/sluice/health.lua). The gateway lets the states
 lapse after `ttl_s`, so a controller that stops probing never strands a backend.
+
+The controller's tick calls `kick()`, which never waits on a backend: it pushes the
+results of the round that finished since the last tick, and starts the next round on a
+background thread when one is due and none is running. So a hung backend delays no
+tick (nor the snapshot pushes): its round simply ends after SLUICE_HEALTH_TIMEOUT.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
@@ -75,22 +81,60 @@ class HealthLoop:
         self.last_version = 0
         self.states: dict[str, tuple[str, str]] = {}   # backend id -> (state, detail)
         self._errors: dict[str, str | None] = {}
+        self._pool: ThreadPoolExecutor | None = None   # the background round (kick)
+        self._round: Future | None = None
+        self._lock = threading.Lock()
+        self._finished: dict[str, tuple[str, str]] | None = None   # not pushed yet
 
     def due(self) -> bool:
         return self.clock() >= self.next_at
 
+    @property
+    def probing(self) -> bool:
+        """Whether a round started by kick() is still probing."""
+        return self._round is not None and not self._round.done()
+
+    def kick(self, settings: Settings, session_factory: Callable[[], Session],
+             gateways: list[Gateway], snapshot: dict[str, Any]) -> bool:
+        """Push the round that finished since the last call, and start the next one in
+        the background when it is due and none is running; returns whether one started."""
+        with self._lock:
+            finished, self._finished = self._finished, None
+        if finished is not None:
+            self.publish(settings, session_factory, gateways, finished)
+        if self.probing or not self.due():
+            return False
+        self.next_at = self.clock() + settings.health_interval
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-health")
+        self._round = self._pool.submit(self._background_round, settings, snapshot)
+        return True
+
+    def close(self) -> None:
+        """Start no more rounds; one in flight ends within its probes' timeout."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
     def run(self, settings: Settings, session_factory: Callable[[], Session],
             gateways: list[Gateway], snapshot: dict[str, Any]) -> dict[str, dict]:
-        """One round of probes; returns the backends table pushed."""
+        """One round of probes in the caller's thread; returns the backends table pushed."""
         self.next_at = self.clock() + settings.health_interval
+        return self.publish(settings, session_factory, gateways,
+                            self.probe(settings, snapshot))
+
+    def probe(self, settings: Settings, snapshot: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        """(state, detail) per backend id, from probing every backend of `snapshot`."""
         targets = [(name, b) for name, m in snapshot["models"].items()
                    for b in m["backends"] if probe_path(b["protocol"], name)]
         results = self._parallel(targets, lambda t: self._probe(t[0], t[1], settings))
+        return {str(b["id"]): result for (_, b), result in zip(targets, results)}
+
+    def publish(self, settings: Settings, session_factory: Callable[[], Session],
+                gateways: list[Gateway], states: dict[str, tuple[str, str]]) -> dict[str, dict]:
+        """POST a round's states to every gateway and store the changes; returns the
+        backends table pushed."""
         table: dict[str, dict] = {}
-        states: dict[str, tuple[str, str]] = {}
-        for (_, b), (state, detail) in zip(targets, results):
-            bid = str(b["id"])
-            states[bid] = (state, detail)
+        for bid, (state, _) in states.items():
             table[bid] = {"state": state}
             if state == "loading":
                 table[bid]["retry_after"] = RETRY_AFTER
@@ -106,6 +150,15 @@ class HealthLoop:
             self._save(session_factory, changed)
         self.states = states
         return table
+
+    def _background_round(self, settings: Settings, snapshot: dict[str, Any]) -> None:
+        try:
+            states = self.probe(settings, snapshot)
+        except Exception:   # noqa: BLE001 - report it; the next round is started anyway
+            log.exception("health probes failed")
+            return
+        with self._lock:
+            self._finished = states
 
     def _probe(self, model: str, b: dict, settings: Settings) -> tuple[str, str]:
         url = f"{b.get('scheme', 'http')}://{b['host']}:{b['port']}{b.get('base_path', '')}" \

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,17 +19,20 @@ from control_plane.controller import Controller
 from control_plane.db import make_engine
 from control_plane.models import Gateway
 from control_plane.runtime.procs import free_port
-from control_plane.services.resources import GATEWAYS, MODELS
+from control_plane.models import BackendHealth
+from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 from control_plane.settings import load_settings
 
 GATEWAY_TOKEN = "gw-token"
 
 
 class FakeGateway:
-    """POST /internal/snapshot like the Lua internal listener: answers the version."""
+    """POST /internal/snapshot like the Lua internal listener: answers the version.
+    POST /internal/health bodies are kept in `health`."""
 
     def __init__(self, port: int = 0):
         self.pushes: list[dict] = []
+        self.health: list[dict] = []
         self.status = 200
         self.ack: int | None = None  # answer this version instead of the pushed one
         fake = self
@@ -39,6 +43,9 @@ class FakeGateway:
                 if self.headers.get("Authorization") != f"Bearer {GATEWAY_TOKEN}":
                     return self._reply(403, {"error": {"code": 403, "type": "forbidden",
                                                        "message": "bad token"}})
+                if self.path == "/internal/health" and fake.status == 200:
+                    fake.health.append(json.loads(body))
+                    return self._reply(200, {"version": fake.health[-1]["version"]})
                 if self.path != "/internal/snapshot" or fake.status != 200:
                     return self._reply(fake.status, {"error": {
                         "code": fake.status, "type": "x", "message": "gateway says no"}})
@@ -311,3 +318,60 @@ def test_a_restarted_controller_repushes_its_settings(gateway, engine, controlle
     assert gateway.pushes[1]["breaker"]["min_requests"] == 4
     controller.tick()
     assert len(gateway.pushes) == 2
+
+
+class SilentBackend:
+    """Accepts connections and answers nothing until release() closes them: a hung
+    model server, as a health probe meets it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted = threading.Event()
+        self._released = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        self.accepted.set()
+        self._released.wait(60)
+        conn.close()
+
+    def release(self):
+        self._released.set()
+        self.thread.join(10)
+        self.sock.close()
+
+
+def test_a_hung_backend_holds_no_tick(gateway, engine, controller_for):
+    hung = SilentBackend()
+    try:
+        with Session(engine) as session:
+            model = MODELS.create(session, {"name": "chat-demo"})
+            backend = BACKENDS.create(session, {"name": "hung", "model_id": model.id,
+                                                "url": hung.url, "protocol": "openai"})
+            bid = backend.id
+        controller = controller_for(gateway, SLUICE_HEALTH_TIMEOUT="60")
+        controller.tick()   # pushes the snapshot, starts a probe round and returns
+        assert len(gateway.pushes) == 1
+        assert hung.accepted.wait(10), "the health probe never reached the backend"
+        # the tick came back while the probe still waits for an answer
+        assert controller.health.probing
+        with Session(engine) as session:
+            MODELS.create(session, {"name": "other"})
+        controller.tick()   # and the next tick pushes the next version meanwhile
+        assert len(gateway.pushes) == 2
+        assert gateway.pushes[1]["version"] > gateway.pushes[0]["version"]
+        assert controller.health.probing and gateway.health == []
+    finally:
+        hung.release()      # the backend hangs up: the probe ends, unreachable
+
+    deadline = time.monotonic() + 10
+    while controller.health.probing:
+        assert time.monotonic() < deadline, "the probe round did not end"
+        time.sleep(0.05)
+    controller.tick()       # pushes the finished round
+    assert [h["backends"] for h in gateway.health] == [{str(bid): {"state": "unreachable"}}]
+    with Session(engine) as session:
+        assert session.get(BackendHealth, bid).state == "unreachable"
