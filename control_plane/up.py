@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from control_plane import migrate
+from control_plane.demo import fleet
 from control_plane.runtime import postgres, procs
 from control_plane.runtime.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway, GatewayConfig
@@ -26,24 +27,7 @@ from control_plane.settings import SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Demo fleet: two OpenAI-style chat backends (weights 3:1) and one predict server.
-DEMO_MODELS = [
-    {"name": "chat-demo", "timeout_ms": 30000},
-    {"name": "sentiment-demo", "timeout_ms": 5000},
-]
-DEMO_BACKENDS = [
-    {"name": "chat-demo-a", "model": "chat-demo", "protocol": "openai", "weight": 300},
-    {"name": "chat-demo-b", "model": "chat-demo", "protocol": "openai", "weight": 100},
-    {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
-     "weight": 100},
-]
-
-
 FIRST_ADMIN = "admin"
-
-
-# latency objectives (ms) of the demo models, for the p99 alert
-DEMO_SLAS = "chat-demo=2000,sentiment-demo=500"
 
 
 def var_dir() -> Path:
@@ -78,7 +62,7 @@ def _secrets(var: Path) -> dict:
         "gateway_token": os.environ.get("SLUICE_GATEWAY_TOKEN", saved["gateway_token"]),
         "secret_key": os.environ.get("SLUICE_SECRET_KEY", saved["secret_key"]),
         "admin_password": saved["admin_password"],
-        "demo_api_key": saved.get("demo_api_key"),
+        **{key_name: saved.get(key_name) for _, _, key_name in fleet.DEMO_CONSUMERS.values()},
         "path": path,
     }
 
@@ -139,14 +123,14 @@ class Stack:
                    SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port),
                    SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}",
                    SLUICE_CONTROLLER_METRICS_PORT=str(cp_metrics_port))
-        env.setdefault("SLUICE_MODEL_SLA", DEMO_SLAS)
+        env.setdefault("SLUICE_MODEL_SLA", fleet.DEMO_SLAS)
         backend_urls = self._demo_backends(env, logs)
 
         api = self._spawn("api", [sys.executable, "-m", "control_plane.cli", "api"], env, logs)
         admin_url = f"http://127.0.0.1:{api_port}/api/v1"
         procs.wait_http(admin_url + "/config", proc=api, timeout=30)
         admin = AdminClient(admin_url, creds["admin_token"])
-        demo_key = self._seed(admin, backend_urls, creds)
+        demo_keys = self._seed(admin, backend_urls, creds)
 
         self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
                                              internal_port=internal_port,
@@ -169,8 +153,9 @@ class Stack:
             "ui_url": f"http://127.0.0.1:{api_port}/admin",
             "admin_user": FIRST_ADMIN,
             "admin_password": admin_password,
-            "demo_api_key": demo_key,
-            "demo_models": [m["name"] for m in DEMO_MODELS],
+            **demo_keys,
+            "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
+            "demo_route": fleet.DEMO_ROUTE["name"],
             "database_url": db_url,
             "logs": str(logs),
         }
@@ -195,35 +180,29 @@ class Stack:
         return proc
 
     def _demo_backends(self, env: dict, logs: Path) -> dict[str, str]:
-        urls = {}
-        for backend in DEMO_BACKENDS:
-            port = procs.free_port()
+        """Start every demo backend, then wait for them all (they start in parallel)."""
+        started = []
+        ports = procs.free_ports(len(fleet.DEMO_BACKENDS))
+        for backend, port in zip(fleet.DEMO_BACKENDS, ports):
             proc = self._spawn(backend["name"], [
                 sys.executable, "-m", "control_plane.demo.backends",
-                "--protocol", backend["protocol"], "--port", str(port),
-                "--name", backend["name"], "--latency-ms", "20"], env, logs)
+                *fleet.backend_args(backend, port)], env, logs)
+            started.append((backend["name"], port, proc))
+        urls = {}
+        for name, port, proc in started:
             procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
-            urls[backend["name"]] = f"http://127.0.0.1:{port}"
+            urls[name] = f"http://127.0.0.1:{port}"
         return urls
 
-    def _seed(self, admin: AdminClient, backend_urls: dict, creds: dict) -> str:
-        """Demo data, idempotent: a second run updates ports and reuses the demo key."""
-        models = {m["name"]: admin.upsert("models", m["name"], timeout_ms=m["timeout_ms"])
-                  for m in DEMO_MODELS}
-        for b in DEMO_BACKENDS:
-            admin.upsert("backends", b["name"], model_id=models[b["model"]]["id"],
-                         url=backend_urls[b["name"]], protocol=b["protocol"],
-                         weight=b["weight"], enabled=True)
-        consumer = admin.upsert("consumers", "demo", enabled=True)
-        key = creds.get("demo_api_key")
-        known = {k.get("prefix") for k in admin.list("keys")
-                 if k.get("consumer_id") == consumer["id"] and k.get("enabled", True)}
-        if not key or key[:10] not in known:
-            key = admin.create("keys", consumer_id=consumer["id"], name="demo")["key"]
-            saved = json.loads(creds["path"].read_text())
-            saved["demo_api_key"] = key
+    def _seed(self, admin: AdminClient, backend_urls: dict, creds: dict) -> dict:
+        """Demo data (control_plane/demo/fleet.py), idempotent: a second run updates
+        ports and reuses the demo keys saved in var/secrets.json."""
+        keys = fleet.seed(admin, backend_urls, creds)
+        saved = json.loads(creds["path"].read_text())
+        if any(saved.get(name) != key for name, key in keys.items()):
+            saved.update(keys)
             creds["path"].write_text(json.dumps(saved))
-        return key
+        return keys
 
     def _wait_served(self, version: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -259,8 +238,10 @@ Sluice is up.
   admin UI   {info['ui_url']}   (sign in as {info['admin_user']} / {password})
   admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
   metrics    {info['metrics_url']}   (Authorization: Bearer <gateway_token>)
-  demo key   {info['demo_api_key']}
+  demo key   {info['demo_api_key']}   (vip: {info['demo_vip_api_key']})
   models     {', '.join(info['demo_models'])}
+  route      {info['demo_route']}: 90 % chat-demo, 10 % chat-canary, vip callers chat-canary
+             (chat-slow times out after 1 s and is answered by its fallback chat-demo)
   logs       {info['logs']}
   (all of this is in var/sluice-up.json)
 
@@ -268,6 +249,8 @@ Try:
   curl -s {info['gateway_url']}/v1/chat/completions \\
     -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \\
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
+  (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
+  X-Sluice-Route-Version or X-Sluice-Fallback header)
 
 Ctrl-C stops everything.
 """

@@ -1,9 +1,14 @@
-"""seed(): what `sluice up` uses to put demo models and a key in place."""
+"""Demo data: seed() (models and a key, for tests and scripts) and the demo fleet
+`sluice up` loads through the admin API (control_plane/demo/fleet.py)."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from sqlalchemy.orm import Session
 
 from control_plane.db import make_engine
+from control_plane.demo import fleet
+from control_plane.runtime.admin import AdminClient
 from control_plane.services.seed import seed
 
 DEMO = {"chat-demo": [{"name": "openai-1", "url": "http://127.0.0.1:9101",
@@ -40,3 +45,47 @@ def test_seed_generates_a_key_once(db_url):
     finally:
         engine.dispose()
     assert first.key.startswith("sk-") and again.key is None
+
+
+class _AppAdmin(AdminClient):
+    """The AdminClient `sluice up` seeds with, over the Flask test client instead of
+    a socket: same calls, same app, same database."""
+
+    def __init__(self, client, auth):
+        self.base, self.client, self.auth = "/api/v1", client, auth
+
+    def _call(self, method, path, **kw):
+        resp = self.client.open(self.base + path, method=method, headers=self.auth,
+                                json=kw.get("json"))
+        assert resp.status_code < 400, (method, path, resp.get_json())
+        return SimpleNamespace(json=resp.get_json)
+
+
+def test_demo_fleet_seeds_every_feature_once(client, auth, api):
+    admin = _AppAdmin(client, auth)
+    urls = {b["name"]: f"http://127.0.0.1:{9200 + i}"
+            for i, b in enumerate(fleet.DEMO_BACKENDS)}
+    keys = fleet.seed(admin, urls, {})
+    version = admin.config_version()
+    assert fleet.seed(admin, urls, keys) == keys          # a second run reuses the keys
+    assert admin.config_version() == version              # ... and changes nothing
+
+    snap = api("get", "/snapshot").get_json()
+    assert snap["routes"]["chat"]["versions"] == [
+        {"model": "chat-canary", "percent": 100,
+         "conditions": [{"attr": "user_type", "op": "eq", "value": "vip"}]},
+        {"model": "chat-demo", "percent": 90}, {"model": "chat-canary", "percent": 10}]
+    assert snap["models"]["chat-slow"]["fallback_model"] == "chat-demo"
+    assert snap["models"]["chat-demo"]["mask_pii"] is True
+    assert {b["name"]: b.get("max_in_flight")
+            for b in snap["models"]["chat-demo"]["backends"]} == {
+        "chat-demo-a": 64, "chat-demo-b": 64}
+    by_name = {c["name"]: c for c in snap["consumers"].values()}
+    assert by_name["demo-vip"]["attributes"] == {"user_type": "vip"}
+    assert snap["plans"][str(by_name["demo-vip"]["plan_id"])]["priority"] == "critical"
+    assert snap["plans"][str(by_name["demo"]["plan_id"])]["priority"] == "standard"
+    scraped = [b for b in admin.list("backends") if b["metrics_url"]]
+    assert [(b["name"], b["metrics_url"], b["metrics_format"]) for b in scraped] == [
+        ("chat-demo-a", urls["chat-demo-a"] + "/metrics", "vllm")]
+    assert sorted(k["prefix"] for k in snap["keys"].values()) == sorted(
+        key[:10] for key in keys.values())

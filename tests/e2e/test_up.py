@@ -87,6 +87,68 @@ def _sign_in(info: dict) -> None:
     assert "Dashboard" in browser.get(info["ui_url"] + "/", timeout=5).text
 
 
+def _poll(get, done, timeout: float = 30):
+    """get() until done(result) or the timeout; returns the last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = get()
+        if done(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.2)
+
+
+def _demo_features(info: dict) -> None:
+    """What the demo data shows out of the box, as a caller and an operator see it."""
+    admin = requests.Session()
+    admin.headers["Authorization"] = f"Bearer {info['admin_token']}"
+
+    def chat(key: str, model: str, content: str = "hi") -> requests.Response:
+        resp = requests.post(info["gateway_url"] + "/v1/chat/completions", timeout=10,
+                             headers={"Authorization": f"Bearer {key}"},
+                             json={"model": model,
+                                   "messages": [{"role": "user", "content": content}]})
+        assert resp.status_code == 200, resp.text
+        return resp
+
+    routes = admin.get(info["admin_url"] + "/routes", timeout=5).json()["items"]
+    assert [(r["name"], [v["model"] for v in r["versions"]]) for r in routes] == [
+        (info["demo_route"], ["chat-canary", "chat-demo", "chat-canary"])]
+    # the route's vip condition sends the vip consumer to the canary, every time
+    for _ in range(3):
+        vip = chat(info["demo_vip_api_key"], info["demo_route"])
+        assert vip.headers["X-Sluice-Route-Version"] == "chat-canary"
+        assert vip.json()["model"] == "chat-canary"
+    plain = chat(info["demo_api_key"], info["demo_route"])
+    assert plain.headers["X-Sluice-Route-Version"] == plain.json()["model"]
+    assert plain.json()["model"] in ("chat-demo", "chat-canary")
+    # chat-slow's backend answers after its model's timeout: the fallback answers
+    slow = chat(info["demo_api_key"], "chat-slow")
+    assert slow.headers["X-Sluice-Fallback"] == "chat-demo"
+    assert slow.json()["choices"][0]["message"]["content"] == "echo: hi"
+    # chat-demo masks PII before its backends see it
+    masked = chat(info["demo_api_key"], "chat-demo", "mail bob@example.com")
+    assert masked.json()["choices"][0]["message"]["content"] == "echo: mail <email>"
+    assert masked.headers["X-RateLimit-Limit"] == "2000"    # the demo plan's burst
+    # the controller scrapes chat-demo-a's vLLM /metrics
+    scrapes = _poll(lambda: admin.get(info["admin_url"] + "/telemetry/scrapes",
+                                      timeout=5).json()["scrapes"],
+                    lambda items: all(not s["stale"] for s in items))
+    assert [(s["backend"], s["stale"], s["free_fraction"]) for s in scrapes] == [
+        ("chat-demo-a", False, 0.75)]
+    health = _poll(lambda: admin.get(info["admin_url"] + "/health", timeout=5).json(),
+                   lambda h: set(h["models"].values()) == {"ready"})
+    assert health["models"] == {m: "ready" for m in info["demo_models"]}
+    # usage per consumer, against the demo plan's quotas
+    consumers = admin.get(info["admin_url"] + "/consumers", timeout=5).json()["items"]
+    demo_id = next(c["id"] for c in consumers if c["name"] == "demo")
+    usage = _poll(lambda: admin.get(info["admin_url"] + f"/consumers/{demo_id}/usage",
+                                    timeout=5).json(),
+                  lambda u: u["today"]["requests"] >= 4)
+    assert usage["plan"]["name"] == "demo" and usage["today"]["requests"] >= 4
+    daily = next(q for q in usage["quotas"] if q["quota"] == "daily_requests")
+    assert daily["used"] >= 4 and daily["remaining"] == daily["limit"] - daily["used"]
+
+
 def test_up_serves_prints_how_and_stops_everything(var):
     ports = procs.free_ports(4)
     first = _up(var, ports)
@@ -133,6 +195,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
                               headers={"Authorization": f"Bearer {info['admin_token']}"})
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
         _sign_in(info)
+        _demo_features(info)
         running = "\n".join(_ours(var))
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"
@@ -140,6 +203,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         out = _stop(first)
     assert first.returncode == 0, out
     assert "curl" in out and info["demo_api_key"] in out
+    assert info["demo_vip_api_key"] in out and "X-Sluice-Route-Version" in out
     assert info["ui_url"] in out and info["admin_password"] in out
     assert _ours(var) == []
     with pytest.raises(requests.ConnectionError):
@@ -151,12 +215,18 @@ def test_up_serves_prints_how_and_stops_everything(var):
     try:
         again = _wait_info(var, second)
         assert again["demo_api_key"] == info["demo_api_key"]
+        assert again["demo_vip_api_key"] == info["demo_vip_api_key"]
         assert again["admin_password"] == info["admin_password"]
         _sign_in(again)
         resp = requests.post(again["gateway_url"] + "/v1/models/sentiment-demo/predict",
                              headers={"X-API-Key": again["demo_api_key"]},
                              json={"instances": ["fine"]}, timeout=10)
         assert resp.status_code == 200, resp.text
+        vip = requests.post(again["gateway_url"] + "/v1/chat/completions", timeout=10,
+                            headers={"Authorization": f"Bearer {again['demo_vip_api_key']}"},
+                            json={"model": again["demo_route"],
+                                  "messages": [{"role": "user", "content": "hi"}]})
+        assert vip.headers.get("X-Sluice-Route-Version") == "chat-canary", vip.text
     finally:
         out = _stop(second)
     assert second.returncode == 0, out

@@ -1,0 +1,107 @@
+"""The demo fleet `sluice up` starts and the demo data it loads through the admin API.
+
+Small, but it shows the features a newcomer asks about on the first day:
+
+- `chat-demo`: two OpenAI-style backends weighted 3:1; `chat-demo-a` serves vLLM-style
+  `/metrics` that the controller scrapes; both have `max_in_flight` (priority
+  admission); the model masks PII (`mask_pii`).
+- `chat-canary` and the route `chat`: 90 % of callers to `chat-demo`, 10 % to
+  `chat-canary`, every caller with `user_type: vip` to `chat-canary`
+  (`X-Sluice-Route-Version` says which answered).
+- `chat-slow`: a backend slower than the model's `timeout_ms`, so its answers come
+  from its `fallback_model` `chat-demo` (`X-Sluice-Fallback: chat-demo`) in a second.
+- `sentiment-demo`: a predict (KServe v1) server.
+- consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
+  `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
+  limits are high enough never to get in a demo's way but make usage and quotas show.
+
+Seeding is idempotent: a second run updates ports and reuses the keys it is given.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from control_plane.runtime.admin import AdminClient
+
+DEMO_MODELS = [
+    {"name": "chat-demo", "timeout_ms": 30000, "mask_pii": True},
+    {"name": "chat-canary", "timeout_ms": 30000},
+    {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
+    {"name": "sentiment-demo", "timeout_ms": 5000},
+]
+# latency_ms: what the demo backend waits before each answer
+DEMO_BACKENDS = [
+    {"name": "chat-demo-a", "model": "chat-demo", "protocol": "openai", "weight": 300,
+     "max_in_flight": 64, "metrics": "vllm"},
+    {"name": "chat-demo-b", "model": "chat-demo", "protocol": "openai", "weight": 100,
+     "max_in_flight": 64},
+    {"name": "chat-canary-a", "model": "chat-canary", "protocol": "openai", "weight": 100},
+    {"name": "chat-slow-a", "model": "chat-slow", "protocol": "openai", "weight": 100,
+     "latency_ms": 5000},
+    {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
+     "weight": 100},
+]
+DEMO_ROUTE = {"name": "chat", "versions": [
+    {"model": "chat-canary", "conditions": {"user_type": "vip"}},
+    {"model": "chat-demo", "percent": 90},
+    {"model": "chat-canary", "percent": 10}]}
+# generous: never in a demo's way, but usage and quotas have something to show
+DEMO_PLANS = [
+    {"name": "demo", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
+     "monthly_tokens": 100_000_000, "priority": "standard"},
+    {"name": "vip", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
+     "monthly_tokens": 100_000_000, "priority": "critical"},
+]
+# consumer name -> (plan, attributes, key name in var/secrets.json and sluice-up.json)
+DEMO_CONSUMERS = {
+    "demo": ("demo", {}, "demo_api_key"),
+    "demo-vip": ("vip", {"user_type": "vip"}, "demo_vip_api_key"),
+}
+DEMO_LATENCY_MS = 20   # every demo backend's latency, unless it says otherwise
+# latency objectives (ms) of the demo models, for the p99 alert
+DEMO_SLAS = "chat-demo=2000,chat-canary=2000,sentiment-demo=500"
+
+
+def backend_args(backend: Mapping[str, Any], port: int) -> list[str]:
+    """The demo backend's command-line flags (control_plane/demo/cli.py)."""
+    args = ["--protocol", backend["protocol"], "--port", str(port),
+            "--name", backend["name"],
+            "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]
+    if backend.get("metrics"):
+        args += ["--metrics", backend["metrics"], "--metrics-used", "0.25"]
+    return args
+
+
+def seed(admin: AdminClient, backend_urls: Mapping[str, str],
+         keys: Mapping[str, str | None]) -> dict[str, str]:
+    """Load the demo data; `keys` are the saved plain keys by key name (None: none
+    yet). Returns the keys by name, new ones created where a saved one is gone."""
+    models = {}
+    for m in DEMO_MODELS:    # a fallback model comes before the models naming it
+        models[m["name"]] = admin.upsert("models", m["name"],
+                                         **{k: v for k, v in m.items() if k != "name"})
+    for b in DEMO_BACKENDS:
+        url = backend_urls[b["name"]]
+        admin.upsert("backends", b["name"], model_id=models[b["model"]]["id"], url=url,
+                     protocol=b["protocol"], weight=b["weight"], enabled=True,
+                     max_in_flight=b.get("max_in_flight"),
+                     metrics_url=url + "/metrics" if b.get("metrics") else None,
+                     metrics_format=b.get("metrics"))
+    admin.upsert("routes", DEMO_ROUTE["name"], versions=DEMO_ROUTE["versions"],
+                 enabled=True)
+    plans = {p["name"]: admin.upsert("plans", p["name"],
+                                     **{k: v for k, v in p.items() if k != "name"})
+             for p in DEMO_PLANS}
+    all_keys = admin.list("keys")
+    out = {}
+    for name, (plan, attributes, key_name) in DEMO_CONSUMERS.items():
+        consumer = admin.upsert("consumers", name, enabled=True, attributes=attributes,
+                                plan_id=plans[plan]["id"])
+        key = keys.get(key_name)
+        known = {k.get("prefix") for k in all_keys
+                 if k.get("consumer_id") == consumer["id"] and k.get("enabled", True)}
+        if not key or key[:10] not in known:
+            key = admin.create("keys", consumer_id=consumer["id"], name=name)["key"]
+        out[key_name] = key
+    return out
