@@ -10,7 +10,8 @@ Small, but it shows the features a newcomer asks about on the first day:
   (`X-Sluice-Route-Version` says which answered).
 - `chat-slow`: a backend slower than the model's `timeout_ms`, so its answers come
   from its `fallback_model` `chat-demo` (`X-Sluice-Fallback: chat-demo`) in a second.
-- `sentiment-demo`: a predict (KServe v1) server.
+- `sentiment-demo`: a predict (KServe v1) server; the model needs GPU class `L4`,
+  which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`).
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
@@ -28,7 +29,7 @@ DEMO_MODELS = [
     {"name": "chat-demo", "timeout_ms": 30000, "mask_pii": True},
     {"name": "chat-canary", "timeout_ms": 30000},
     {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
-    {"name": "sentiment-demo", "timeout_ms": 5000},
+    {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
 ]
 # latency_ms: what the demo backend waits before each answer
 DEMO_BACKENDS = [
@@ -40,7 +41,7 @@ DEMO_BACKENDS = [
     {"name": "chat-slow-a", "model": "chat-slow", "protocol": "openai", "weight": 100,
      "latency_ms": 5000},
     {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
-     "weight": 100},
+     "weight": 100, "gpu_class": "L4"},
 ]
 DEMO_ROUTE = {"name": "chat", "versions": [
     {"model": "chat-canary", "conditions": {"user_type": "vip"}},
@@ -85,7 +86,7 @@ def seed(admin: AdminClient, backend_urls: Mapping[str, str],
         url = backend_urls[b["name"]]
         admin.upsert("backends", b["name"], model_id=models[b["model"]]["id"], url=url,
                      protocol=b["protocol"], weight=b["weight"], enabled=True,
-                     max_in_flight=b.get("max_in_flight"),
+                     max_in_flight=b.get("max_in_flight"), gpu_class=b.get("gpu_class"),
                      metrics_url=url + "/metrics" if b.get("metrics") else None,
                      metrics_format=b.get("metrics"))
     admin.upsert("routes", DEMO_ROUTE["name"], versions=DEMO_ROUTE["versions"],

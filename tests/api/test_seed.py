@@ -77,6 +77,9 @@ def test_demo_fleet_seeds_every_feature_once(client, auth, api):
         {"model": "chat-demo", "percent": 90}, {"model": "chat-canary", "percent": 10}]
     assert snap["models"]["chat-slow"]["fallback_model"] == "chat-demo"
     assert snap["models"]["chat-demo"]["mask_pii"] is True
+    affinity = api("get", "/telemetry/affinity").get_json()["models"]
+    assert [(m["model"], m["gpu_class"], [(b["backend"], b["eligible"]) for b in m["backends"]])
+            for m in affinity] == [("sentiment-demo", "L4", [("sentiment-demo-a", True)])]
     assert {b["name"]: b.get("max_in_flight")
             for b in snap["models"]["chat-demo"]["backends"]} == {
         "chat-demo-a": 64, "chat-demo-b": 64}

@@ -138,6 +138,9 @@ def _demo_features(info: dict) -> None:
     health = _poll(lambda: admin.get(info["admin_url"] + "/health", timeout=5).json(),
                    lambda h: set(h["models"].values()) == {"ready"})
     assert health["models"] == {m: "ready" for m in info["demo_models"]}
+    affinity = admin.get(info["admin_url"] + "/telemetry/affinity", timeout=5).json()
+    assert [(m["model"], m["gpu_class"]) for m in affinity["models"]] == [
+        ("sentiment-demo", "L4")]
     # usage per consumer, against the demo plan's quotas
     consumers = admin.get(info["admin_url"] + "/consumers", timeout=5).json()["items"]
     demo_id = next(c["id"] for c in consumers if c["name"] == "demo")
