@@ -33,11 +33,15 @@
 -- forwarding and given back when the request is refused later in access (token
 -- quotas: see tokens.lua).
 --
--- Cluster mode (Redis configured): redis_limits.lua replaces take, count, uncount and
--- add with Redis-backed versions shared by every gateway; these stay its fallback.
+-- take_all(req) takes every limit of one request (policy.check builds `req`): here
+-- one call of take / count per limit. Cluster mode (Redis configured):
+-- redis_limits.lua replaces take_all and add with Redis-backed versions shared by
+-- every gateway (one round trip per request); these stay its fallback.
 local ngx = ngx
 local ngx_now = ngx.now
 local ngx_time = ngx.time
+local ngx_log = ngx.log
+local ERR = ngx.ERR
 local ceil = math.ceil
 local floor = math.floor
 local max = math.max
@@ -133,8 +137,67 @@ function _M.count(prefix, period, limit, amount)
     return true, key
 end
 
-function _M.uncount(key)
+local function uncount(key)
     dict:incr(key, -1)
+end
+_M.uncount = uncount
+
+-- Take the limits of one request, in order: the rate bucket, then the daily, monthly
+-- and token counters (each only when `req` has it). `req` (policy.check):
+--   rate_key, rate, burst                  always
+--   daily_prefix, daily                    daily request quota (prefix, limit)
+--   monthly_prefix, monthly                monthly request quota
+--   tokens_prefix, tokens, reserve         monthly token quota, tokens to reserve
+-- Sets req.remaining and req.reset (the bucket after this request; unset when the
+-- bucket could not be read) and req.token_key (the reservation's counter, for
+-- settlement). Returns nil when admitted, else the limit that refused ("rate",
+-- "daily", "monthly", "tokens") and seconds to wait. A later refusal gives back the
+-- quotas already counted (the rate token stays taken). A broken dict (full) lets the
+-- limit through rather than refuse everybody.
+function _M.take_all(req)
+    local ok, remaining, reset, wait = _M.take(req.rate_key, req.rate, req.burst)
+    if ok == nil then
+        ngx_log(ERR, "rate limit unavailable, letting the request through: ", remaining)
+    else
+        req.remaining, req.reset = remaining, reset
+        if not ok then
+            return "rate", wait
+        end
+    end
+
+    local daily_key, monthly_key
+    if req.daily then
+        local counted, info = _M.count(req.daily_prefix, "d", req.daily, 1)
+        if counted == false then
+            return "daily", info
+        elseif counted == nil then
+            ngx_log(ERR, "daily quota unavailable: ", info)
+        end
+        daily_key = counted and info
+    end
+    if req.monthly then
+        local counted, info = _M.count(req.monthly_prefix, "m", req.monthly, 1)
+        if counted == false then
+            if daily_key then uncount(daily_key) end
+            return "monthly", info
+        elseif counted == nil then
+            ngx_log(ERR, "monthly quota unavailable: ", info)
+        end
+        monthly_key = counted and info
+    end
+    if req.tokens then
+        local counted, info = _M.count(req.tokens_prefix, "m", req.tokens, req.reserve)
+        if counted == false then
+            if daily_key then uncount(daily_key) end
+            if monthly_key then uncount(monthly_key) end
+            return "tokens", info
+        elseif counted == nil then
+            ngx_log(ERR, "token quota unavailable: ", info)
+        else
+            req.token_key = info
+        end
+    end
+    return nil
 end
 
 -- Settle a counter (token reconciliation); a key that has expired is left alone.

@@ -1,11 +1,14 @@
 -- A consumer's plan on the hot path: rate limit, concurrent requests, request
--- quotas, token quota (reservation, tokens.lua), in that order (cheapest refusal
--- first). Counters live in sluice_limits (see limits.lua for the algorithms). A
--- consumer without a plan is not limited.
+-- quotas, token quota (reservation, tokens.lua). Refusals name the first limit that
+-- refuses in that order (cheapest refusal first). The concurrency slot is taken
+-- here, in the worker's shared dict; the other limits are taken together by
+-- limits.take_all (the shared dict, see limits.lua; or one Redis round trip in
+-- cluster mode, redis_limits.lua). A consumer without a plan is not limited.
 local limits = require("sluice.limits")
 local plans = require("sluice.plans")
 local metrics = require("sluice.metrics")
 local tokens = require("sluice.tokens")
+local new_tab = require("table.new")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -26,6 +29,30 @@ local function refuse(msg, retry_after, model_name, lim, limit)
     return 429, "rate_limited", msg, { retry_after = retry_after }
 end
 
+-- The limits of this request for limits.take_all (fields: see limits.lua). A request
+-- already refused a concurrency slot takes the rate limit only: like the quotas'
+-- counters, it would only have to give them back.
+local function wanted(ctx, lim, cid, llm, slot_refused)
+    local req = new_tab(0, 16)
+    req.rate_key, req.rate, req.burst = "r:" .. cid .. lim.rate_scope, lim.rate, lim.burst
+    if slot_refused then
+        return req
+    end
+    if lim.daily then
+        req.daily_prefix, req.daily = "qd:" .. cid .. lim.daily_scope .. ":", lim.daily
+    end
+    if lim.monthly then
+        req.monthly_prefix = "qm:" .. cid .. lim.monthly_scope .. ":"
+        req.monthly = lim.monthly
+    end
+    if lim.tokens and llm and ctx.request_doc then
+        req.tokens_prefix = "tm:" .. cid .. lim.tokens_scope .. ":"
+        req.tokens = lim.tokens
+        req.reserve = tokens.reservation(ctx.request_len, ctx.request_doc)
+    end
+    return req
+end
+
 -- Returns nil when the request may go on; else status, type, message, extra.
 -- `llm`: the endpoint counts tokens (monthly_tokens applies).
 function _M.check(ctx, snap, consumer, model_name, llm)
@@ -37,20 +64,8 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     local cid = consumer.key_id
     ctx.slot = false   -- checked: ngx.ctx now knows whether a slot is held
 
-    local ok, remaining, reset, wait = limits.take("r:" .. cid .. lim.rate_scope,
-                                                   lim.rate, lim.burst)
-    if ok == nil then
-        -- the dict is full or broken: serve rather than refuse everybody
-        ngx_log(ERR, "rate limit unavailable, letting the request through: ", remaining)
-    else
-        ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, remaining, reset
-        if not ok then
-            return refuse("rate limit of plan " .. lim.name .. " exceeded ("
-                          .. lim.rate .. " requests per second, burst " .. lim.burst .. ")",
-                          wait, model_name, lim, "rate")
-        end
-    end
-
+    -- the slot first (it costs nothing), so that one take_all takes the rest
+    local slot_refused = false
     if lim.concurrent then
         local key = "c:" .. cid
         local entered, err = limits.enter(key, lim.concurrent)
@@ -60,43 +75,41 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         elseif entered == nil then
             ngx_log(ERR, "concurrency limit unavailable: ", err)
         else
-            return refuse("too many concurrent requests (plan " .. lim.name .. " allows "
-                          .. lim.concurrent .. ")", 1, model_name, lim, "concurrent")
+            slot_refused = true
         end
     end
 
-    local daily_key, monthly_key
-    if lim.daily then
-        local counted, info = limits.count("qd:" .. cid .. lim.daily_scope .. ":", "d",
-                                           lim.daily)
-        if counted == false then
-            return refuse("daily request quota of plan " .. lim.name .. " used up ("
-                          .. lim.daily .. " requests)", info, model_name, lim, "daily")
-        elseif counted == nil then
-            ngx_log(ERR, "daily quota unavailable: ", info)
-        end
-        daily_key = counted and info
+    local req = wanted(ctx, lim, cid, llm, slot_refused)
+    local refused, retry_after = limits.take_all(req)
+    if req.remaining then
+        ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, req.remaining, req.reset
     end
-    if lim.monthly then
-        local counted, info = limits.count("qm:" .. cid .. lim.monthly_scope .. ":", "m",
-                                           lim.monthly)
-        if counted == false then
-            if daily_key then limits.uncount(daily_key) end
-            return refuse("monthly request quota of plan " .. lim.name .. " used up ("
-                          .. lim.monthly .. " requests)", info, model_name, lim, "monthly")
-        elseif counted == nil then
-            ngx_log(ERR, "monthly quota unavailable: ", info)
+    if refused == "rate" then
+        local key = ctx.slot
+        if key then     -- taken above, not needed after all
+            ctx.slot = false
+            ngx_var.sluice_concurrency = ""
+            limits.leave(key)
         end
-        monthly_key = counted and info
+        return refuse("rate limit of plan " .. lim.name .. " exceeded ("
+                      .. lim.rate .. " requests per second, burst " .. lim.burst .. ")",
+                      retry_after, model_name, lim, "rate")
+    elseif slot_refused then
+        return refuse("too many concurrent requests (plan " .. lim.name .. " allows "
+                      .. lim.concurrent .. ")", 1, model_name, lim, "concurrent")
+    elseif refused == "daily" then
+        return refuse("daily request quota of plan " .. lim.name .. " used up ("
+                      .. lim.daily .. " requests)", retry_after, model_name, lim, "daily")
+    elseif refused == "monthly" then
+        return refuse("monthly request quota of plan " .. lim.name .. " used up ("
+                      .. lim.monthly .. " requests)", retry_after, model_name, lim, "monthly")
+    elseif refused == "tokens" then
+        return refuse("monthly token quota of plan " .. lim.name .. " would be exceeded ("
+                      .. lim.tokens .. " tokens; this request may use up to " .. req.reserve
+                      .. ")", retry_after, model_name, lim, "tokens")
     end
-    if lim.tokens and llm and ctx.request_doc then
-        local msg, retry_after = tokens.reserve(ctx, lim, cid, ctx.request_len,
-                                                ctx.request_doc)
-        if msg then
-            if daily_key then limits.uncount(daily_key) end
-            if monthly_key then limits.uncount(monthly_key) end
-            return refuse(msg, retry_after, model_name, lim, "tokens")
-        end
+    if req.token_key then
+        tokens.hold(ctx, req.token_key, req.reserve)
     end
     return nil
 end

@@ -2,37 +2,43 @@
 -- token quotas are counted in one Redis shared by every gateway, so a plan holds
 -- across the cluster instead of per gateway.
 --
---   configure(opts)   init phase: when opts.redis is set, limits.take / count /
---                     uncount / add are replaced by the versions below, which fall
---                     back to the shared-dict ones (captured here) when Redis fails
+--   configure(opts)   init phase: when opts.redis is set, limits.take_all and
+--                     limits.add are replaced by the versions below, which fall back
+--                     to the shared-dict ones (captured here) when Redis fails
 --
--- Each operation is one EVALSHA of a small script, atomic in Redis:
---   GCRA   the same token bucket as limits.lua, TAT in microseconds of Redis's
---          clock (TIME), so gateways with skewed clocks still share one bucket
---   COUNT  INCRBY; EXPIREAT the end of the UTC day / month (+60 s) on creation;
---          over the limit -> DECRBY back, refused
---   ADD    INCRBY on an existing counter only (token settlement, quota give-back)
+-- One round trip per request in access: TAKE, one EVALSHA (EVAL on NOSCRIPT) that
+-- takes all of a request's limits atomically in Redis:
+--   the bucket   the same GCRA token bucket as limits.lua, TAT in microseconds of
+--                Redis's clock (TIME), so gateways with skewed clocks share one bucket;
+--                refused -> nothing else is touched
+--   counters     daily, monthly, tokens in that order: INCRBY, EXPIREAT the end of
+--                the UTC day / month (+60 s) on creation; one over its limit -> every
+--                counter this script incremented is DECRBY'd back (the rate token
+--                stays taken, as with the shared dict), refused
+-- and ADD, INCRBY on an existing counter only (token settlement).
 -- Keys are the shared-dict keys under "sluice:"; the prefix also tells a Redis
--- counter from a local one when count()'s key comes back to uncount() / add().
+-- counter from a local one when a reservation's key comes back to add().
 -- Period keys use the gateway's own UTC day / month: gateways need synced clocks.
+-- All of a request's keys go to one script: a single Redis (or a primary with
+-- replicas), not Redis Cluster, whose slots would split them.
 --
--- Cosockets only where nginx allows them: access (take, count, uncount) and the
--- error page run inline; settlements from body_filter or log are summed per counter
--- in the worker and sent every FLUSH_S from one ngx.timer.at.
+-- Cosockets only where nginx allows them: access (take_all) and the error page run
+-- inline; settlements from body_filter or log are summed per counter in the worker
+-- and sent every FLUSH_S from one ngx.timer.at.
 --
 -- Failure (connect/read timeout TIMEOUT_MS, refused, error reply): the gateway skips
 -- Redis for RETRY_S (key "redis_down" in sluice_limits, for all its workers), then
 -- tries again. Meanwhile, with failure = "open", this gateway's own shared-dict
 -- counters decide (each gateway admits a full plan's worth); with "closed", limited
 -- requests get 503 backend_unavailable. Either way sluice_redis_errors_total counts
--- the failures, sluice_redis_bypassed_total the decisions taken without Redis, and
--- the error log says so once per LOG_EVERY_S per worker.
--- Honest leftovers: a request refused by a later limit gives back the quotas it
--- counted; if Redis fails between the two, that give-back is lost (one request too
--- many counted). Concurrency limits stay per gateway (see docs/contracts.md).
+-- the failures (op "rate" for TAKE: it always holds the rate limit, the first one),
+-- sluice_redis_bypassed_total the limit decisions taken without Redis, and the error
+-- log says so once per LOG_EVERY_S per worker.
+-- Concurrency limits stay per gateway (see docs/contracts.md).
 local limits = require("sluice.limits")
 local errors = require("sluice.errors")
 local metrics = require("sluice.metrics")
+local new_tab = require("table.new")
 
 local ngx = ngx
 local ngx_now = ngx.now
@@ -56,6 +62,7 @@ local tostring = tostring
 local ceil = math.ceil
 local floor = math.floor
 local max = math.max
+local unpack = unpack
 
 local dict = ngx.shared.sluice_limits
 
@@ -71,9 +78,6 @@ local DOWN_KEY = "redis_down"
 -- phases where cosockets work
 local COSOCKET = { rewrite = true, access = true, content = true, timer = true }
 
--- what a counter prefix counts, for messages and the error metric
-local QUOTAS = { ["qd:"] = "daily", ["qm:"] = "monthly", ["tm:"] = "tokens" }
-
 local function script(src)
     local sha = str_gsub(ngx_sha1_bin(src), ".", function(c)
         return fmt("%02x", str_byte(c))
@@ -81,33 +85,35 @@ local function script(src)
     return { src = src, sha = sha }
 end
 
--- KEYS[1] bucket; ARGV: T (us per token), capacity (burst * T, us).
--- Returns {admitted 0|1, "ahead" = max(TAT, now) + T - now in us}.
-local GCRA = script([[
+-- KEYS[1] the bucket, KEYS[2..n] counters. ARGV[1], ARGV[2]: T (us per token),
+-- capacity (burst * T, us); then per counter i (ARGV[3i - 3 ..]): amount, limit,
+-- expire at (unix s). Returns {refused, ahead}: refused 0 = admitted, else the KEYS
+-- index of the limit that refused; ahead = max(TAT, now) + T - now in us.
+local TAKE = script([[
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local T, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
 local ahead = tat + T - now
-if ahead <= cap then
-  redis.call('SET', KEYS[1], string.format('%.0f', tat + T),
-             'PX', math.max(1, math.ceil(ahead / 1000)))
-  return {1, string.format('%.0f', ahead)}
+local ahead_s = string.format('%.0f', ahead)
+if ahead > cap then
+  return {1, ahead_s}
 end
-return {0, string.format('%.0f', ahead)}
-]])
-
--- KEYS[1] counter; ARGV: amount, limit, expire at (unix s). 1 counted, 0 refused.
-local COUNT = script([[
-local amount = tonumber(ARGV[1])
-local n = redis.call('INCRBY', KEYS[1], amount)
-if n == amount then redis.call('EXPIREAT', KEYS[1], ARGV[3]) end
-if n > tonumber(ARGV[2]) then
-  redis.call('DECRBY', KEYS[1], amount)
-  return 0
+redis.call('SET', KEYS[1], string.format('%.0f', tat + T),
+           'PX', math.max(1, math.ceil(ahead / 1000)))
+for i = 2, #KEYS do
+  local amount = tonumber(ARGV[3 * i - 3])
+  local n = redis.call('INCRBY', KEYS[i], amount)
+  if n == amount then redis.call('EXPIREAT', KEYS[i], ARGV[3 * i - 1]) end
+  if n > tonumber(ARGV[3 * i - 2]) then
+    for j = 2, i do
+      redis.call('DECRBY', KEYS[j], ARGV[3 * j - 3])
+    end
+    return {i, ahead_s}
+  end
 end
-return 1
+return {0, ahead_s}
 ]])
 
 -- KEYS[1] counter; ARGV[1] delta. A counter that has expired is left alone.
@@ -131,7 +137,7 @@ metrics.register("sluice_redis_bypassed_total", "counter",
 -- set by configure (init phase), read-only afterwards
 local redis_mod, host, port, db, user, password, fail_open
 local pool_opts
-local local_take, local_count, local_uncount, local_add
+local local_take_all, local_add
 
 local log_after = 0         -- per worker: when the next outage line may be logged
 
@@ -149,7 +155,7 @@ local function failed(op, err)
 end
 
 -- One script run on a pooled connection. Returns the reply, or nil and an error.
-local function run(s, key, ...)
+local function run(s, nkeys, ...)
     local red = redis_mod:new()
     red:set_timeout(TIMEOUT_MS)
     local ok, err = red:connect(host, port, pool_opts)
@@ -177,10 +183,10 @@ local function run(s, key, ...)
         end
     end
     local res
-    res, err = red:evalsha(s.sha, 1, key, ...)
+    res, err = red:evalsha(s.sha, nkeys, ...)
     if res == false and str_find(err, "NOSCRIPT", 1, true) then
         -- first use on this Redis (or after a restart / SCRIPT FLUSH): EVAL loads it
-        res, err = red:eval(s.src, 1, key, ...)
+        res, err = red:eval(s.src, nkeys, ...)
     end
     if res == nil then
         red:close()
@@ -204,27 +210,6 @@ local function unavailable(what)
                        { retry_after = RETRY_S })
 end
 
-local function take(key, rate, burst)
-    if up() then
-        local T = max(1, floor(1e6 / rate + 0.5))
-        local cap = burst * T
-        local res, err = run(GCRA, NS .. key, fmt("%.0f", T), fmt("%.0f", cap))
-        if res then
-            local ahead = tonumber(res[2])
-            if res[1] == 1 then
-                return true, floor((cap - ahead) / T), ceil(ahead / 1e6)
-            end
-            return false, 0, ceil((ahead - T) / 1e6), max(1, ceil((ahead - cap) / 1e6))
-        end
-        failed("rate", err)
-    end
-    if fail_open then
-        metrics.inc("sluice_redis_bypassed_total", 1, "local")
-        return local_take(key, rate, burst)
-    end
-    return unavailable("rate limit")
-end
-
 -- The counter key and seconds left in the current UTC day ("d") or month ("m"),
 -- recomputed once a second per worker, as in limits.count.
 local period_sec, day_str, day_ttl, month_str, month_ttl
@@ -241,29 +226,80 @@ local function period_key(prefix, period, now)
     return prefix .. month_str, month_ttl
 end
 
-local function count(prefix, period, limit, amount)
-    amount = amount or 1
-    local what = QUOTAS[str_sub(prefix, 1, 3)] or "quota"
-    if up() then
-        local now = ngx_time()
-        local key, ttl = period_key(prefix, period, now)
-        local res, err = run(COUNT, NS .. key, amount, limit, now + ttl + 60)
-        if res == 1 then
-            return true, NS .. key
-        elseif res == 0 then
-            return false, ttl
-        end
-        failed(what, err)
-    end
+-- Counter `i` (KEYS index >= 2) of TAKE's argument list `cmd` with `nkeys` keys.
+-- Returns its key (as Redis names it) and seconds left in its period.
+local function put_counter(cmd, nkeys, i, prefix, period, amount, limit, now)
+    local key, ttl = period_key(prefix, period, now)
+    key = NS .. key
+    cmd[i] = key
+    local a = nkeys + 3 * i - 3         -- ARGV[3i - 3], after the keys
+    cmd[a], cmd[a + 1], cmd[a + 2] = amount, limit, now + ttl + 60
+    return key, ttl
+end
+
+-- Redis failing: this gateway's own counters, or 503.
+local function without_redis(req, nkeys)
     if fail_open then
-        metrics.inc("sluice_redis_bypassed_total", 1, "local")
-        return local_count(prefix, period, limit, amount)
+        metrics.inc("sluice_redis_bypassed_total", nkeys, "local")
+        return local_take_all(req)
     end
-    return unavailable(what == "tokens" and "token quota" or what .. " request quota")
+    return unavailable("rate limit")
+end
+
+-- limits.take_all in one round trip (`req`, returns: see limits.lua).
+local function take_all(req)
+    local daily, monthly, tokens = req.daily, req.monthly, req.tokens
+    local nkeys = 1 + (daily and 1 or 0) + (monthly and 1 or 0) + (tokens and 1 or 0)
+    if not up() then
+        return without_redis(req, nkeys)
+    end
+    local now = ngx_time()
+    local T = max(1, floor(1e6 / req.rate + 0.5))
+    local cap = req.burst * T
+    local n = 4 * nkeys - 1            -- keys, T and cap, 3 per counter
+    local cmd = new_tab(n, 0)
+    cmd[1] = NS .. req.rate_key
+    cmd[nkeys + 1], cmd[nkeys + 2] = fmt("%.0f", T), fmt("%.0f", cap)
+    local _, i, daily_i, monthly_i, token_key, day_left, month_left = nil, 1
+    if daily then
+        i = i + 1
+        daily_i = i
+        _, day_left = put_counter(cmd, nkeys, i, req.daily_prefix, "d", 1, daily, now)
+    end
+    if monthly then
+        i = i + 1
+        monthly_i = i
+        _, month_left = put_counter(cmd, nkeys, i, req.monthly_prefix, "m", 1, monthly, now)
+    end
+    if tokens then
+        token_key, month_left = put_counter(cmd, nkeys, i + 1, req.tokens_prefix, "m",
+                                            req.reserve, tokens, now)
+    end
+
+    local res, err = run(TAKE, nkeys, unpack(cmd, 1, n))
+    if not res then
+        failed("rate", err)
+        return without_redis(req, nkeys)
+    end
+    local refused, ahead = res[1], tonumber(res[2])
+    if refused == 1 then
+        req.remaining, req.reset = 0, ceil((ahead - T) / 1e6)
+        return "rate", max(1, ceil((ahead - cap) / 1e6))
+    end
+    req.remaining, req.reset = floor((cap - ahead) / T), ceil(ahead / 1e6)
+    if refused == 0 then
+        req.token_key = token_key
+        return nil
+    elseif refused == daily_i then
+        return "daily", day_left
+    elseif refused == monthly_i then
+        return "monthly", month_left
+    end
+    return "tokens", month_left
 end
 
 local function settle_now(key, delta)
-    local res, err = run(ADD, key, delta)
+    local res, err = run(ADD, 1, key, delta)
     if res == nil and err then
         failed("settle", err)
     end
@@ -312,13 +348,6 @@ local function is_redis_key(key)
     return str_sub(key, 1, #NS) == NS
 end
 
-local function uncount(key)
-    if is_redis_key(key) then
-        return settle(key, -1)
-    end
-    return local_uncount(key)
-end
-
 local function add(key, delta)
     if is_redis_key(key) then
         return settle(key, delta)
@@ -347,10 +376,8 @@ function _M.configure(opts)
     user, password = opts.user, opts.password
     fail_open = opts.failure == "open"
     pool_opts = { pool = "sluice-redis:" .. host .. ":" .. port .. ":" .. db }
-    local_take, local_count = limits.take, limits.count
-    local_uncount, local_add = limits.uncount, limits.add
-    limits.take, limits.count = take, count
-    limits.uncount, limits.add = uncount, add
+    local_take_all, local_add = limits.take_all, limits.add
+    limits.take_all, limits.add = take_all, add
 end
 
 _M.NS = NS

@@ -1,7 +1,8 @@
 -- Token quotas for LLM requests: reserve before forwarding, reconcile afterwards.
 --
 --   access:      reserve = ceil(body bytes / 4) + max_tokens (or DEFAULT_MAX_TOKENS);
---                incr the month's counter by it; over the quota -> give it back, 429
+--                policy.check counts it on the month's counter with the request's
+--                other limits (limits.take_all); over the quota -> given back, 429
 --   body_filter: find `usage` in the answer (a JSON body, buffered up to MAX_BODY; or
 --                the SSE event that carries it, usually the last before [DONE])
 --   settle:      incr the counter by (used - reserved) as soon as the answer ends
@@ -19,8 +20,6 @@ local limits = require("sluice.limits")
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_arg = ngx.arg
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local str_find = string.find
 local str_sub = string.sub
 local gmatch = string.gmatch
@@ -48,24 +47,18 @@ local function requested_max(doc)
     return DEFAULT_MAX_TOKENS
 end
 
--- Access phase. Returns nil when admitted; else a message and seconds to wait.
-function _M.reserve(ctx, lim, cid, body_len, doc)
-    local reserve = ceil(body_len / 4) + requested_max(doc)
-    local prefix = "tm:" .. cid .. lim.tokens_scope .. ":"
-    local ok, info = limits.count(prefix, "m", lim.tokens, reserve)
-    if ok == nil then
-        ngx_log(ERR, "token quota unavailable: ", info)
-        return nil
-    end
-    if not ok then
-        return "monthly token quota of plan " .. lim.name .. " would be exceeded ("
-               .. lim.tokens .. " tokens; this request may use up to " .. reserve .. ")", info
-    end
-    ngx_var.sluice_token_key = info
+-- Access phase: the tokens this request reserves.
+function _M.reservation(body_len, doc)
+    return ceil(body_len / 4) + requested_max(doc)
+end
+
+-- Access phase, once admitted: the request holds `reserve` tokens on counter `key`
+-- until settled.
+function _M.hold(ctx, key, reserve)
+    ngx_var.sluice_token_key = key
     ngx_var.sluice_token_reserved = reserve
-    ctx.token_key, ctx.token_reserved = info, reserve
+    ctx.token_key, ctx.token_reserved = key, reserve
     ctx.usage_scan = true
-    return nil
 end
 
 local function take_usage(ctx, usage)

@@ -244,3 +244,82 @@ def test_fail_closed_answers_503(gateway_factory, helpers, backends, redis_serve
     assert metric(a, "sluice_redis_bypassed_total", outcome="refused") >= 1
     redis_server.restart()
     wait_until(lambda: call(a).status_code == 200, "service once Redis is back")
+
+
+def redis_calls(redis) -> dict[str, int]:
+    """Calls per command so far (INFO commandstats: commands that clients sent and
+    those that scripts ran), INFO itself left out."""
+    text = redis.command("INFO", "commandstats")
+    return {name: int(calls) for name, calls
+            in re.findall(r"^cmdstat_([a-z|]+):calls=(\d+)", text, re.M) if name != "info"}
+
+
+def streamed(content: str = "hello there") -> dict:
+    """A streamed chat without include_usage: the demo backend reports no usage, so
+    the reservation stays the charge and nothing is settled (the only Redis calls
+    are access's)."""
+    return {"model": "chat-demo", "max_tokens": 20, "stream": True,
+            "messages": [{"role": "user", "content": content}]}
+
+
+def reservation(body: dict) -> int:
+    size = len(requests.Request("POST", "http://x", json=body).prepare().body)
+    return math.ceil(size / 4) + body["max_tokens"]
+
+
+def counter(redis, kind: str) -> int:
+    [key] = quota_keys(redis, kind)
+    return int(redis.command("GET", key))
+
+
+def test_one_round_trip_per_request(gateway_factory, helpers, backends, redis_server):
+    """Every limit of a full plan (bucket, daily and monthly requests, token quota;
+    concurrency stays local) in one EVALSHA per request, counted by Redis itself."""
+    body = streamed()
+    reserve = reservation(body)
+    a, b = pair(gateway_factory, helpers, backends,
+                {"rate_per_second": 0.01, "burst": 100, "max_concurrent": 4,
+                 "daily_requests": 100, "monthly_requests": 100,
+                 "monthly_tokens": 100 * reserve}, redis_server)
+    assert call(a, body=body).status_code == 200    # loads the script (NOSCRIPT, EVAL)
+    before = redis_calls(redis_server)
+    remaining = []
+    for gw in (a, b) * 3:
+        r = call(gw, body=body)
+        assert r.status_code == 200, r.text
+        assert "data: [DONE]" in r.text
+        remaining.append(int(r.headers["X-RateLimit-Remaining"]))
+    calls = redis_calls(redis_server)
+    made = {name: n - before.get(name, 0) for name, n in calls.items()
+            if n != before.get(name, 0)}
+    # commandstats also counts what the scripts call: TIME, GET, SET for the bucket,
+    # INCRBY per counter; the only command sent is EVALSHA, one per request
+    assert made.pop("evalsha") == 6 and made.get("incrby") == 3 * 6, made
+    assert set(made) <= {"time", "get", "set", "incrby", "expireat"}, made
+    # one bucket for both gateways (0.01/s: no token comes back meanwhile)
+    assert remaining == [98, 97, 96, 95, 94, 93]
+    assert counter(redis_server, "qd") == counter(redis_server, "qm") == 7
+    assert counter(redis_server, "tm") == 7 * reserve
+
+
+def test_refusal_gives_counts_back_in_the_same_round_trip(gateway_factory, helpers,
+                                                          backends, redis_server):
+    """The token quota (the last limit) refuses: the daily and monthly counts the
+    script made are undone inside it, so the refusal is one EVALSHA too and the
+    counters never show the refused request."""
+    body = streamed()
+    reserve = reservation(body)
+    a, b = pair(gateway_factory, helpers, backends,
+                {"rate_per_second": 1000, "daily_requests": 10, "monthly_requests": 10,
+                 "monthly_tokens": 2 * reserve}, redis_server)
+    assert [call(gw, body=body).status_code for gw in (a, b)] == [200, 200]
+    before = redis_calls(redis_server)
+    r = call(a, body=body)
+    err = helpers.assert_error(r, 429, "rate_limited")
+    assert "monthly token quota" in err["message"]
+    assert r.headers["X-RateLimit-Limit"] == "1000"
+    assert redis_calls(redis_server)["evalsha"] - before["evalsha"] == 1
+    assert counter(redis_server, "qd") == counter(redis_server, "qm") == 2
+    assert counter(redis_server, "tm") == 2 * reserve
+    assert metric(a, "sluice_rate_limited_total", model="chat-demo", plan="p",
+                  limit="tokens") == 1
