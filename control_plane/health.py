@@ -37,12 +37,12 @@ import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from control_plane.fanout import Notes, parallel
 from control_plane.models import BackendHealth, Gateway
 from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.health")
 
-MAX_PARALLEL = 16
 RETRY_AFTER = 5            # seconds a caller is told to wait for a loading model
 LOADING_STATES = {"LOADING", "START"}
 
@@ -80,7 +80,7 @@ class HealthLoop:
         self.next_at = 0.0
         self.last_version = 0
         self.states: dict[str, tuple[str, str]] = {}   # backend id -> (state, detail)
-        self._errors: dict[str, str | None] = {}
+        self._note = Notes(log)
         self._pool: ThreadPoolExecutor | None = None   # the background round (kick)
         self._round: Future | None = None
         self._lock = threading.Lock()
@@ -126,7 +126,7 @@ class HealthLoop:
         """(state, detail) per backend id, from probing every backend of `snapshot`."""
         targets = [(name, b) for name, m in snapshot["models"].items()
                    for b in m["backends"] if probe_path(b["protocol"], name)]
-        results = self._parallel(targets, lambda t: self._probe(t[0], t[1], settings))
+        results = parallel(targets, lambda t: self._probe(t[0], t[1], settings))
         return {str(b["id"]): result for (_, b), result in zip(targets, results)}
 
     def publish(self, settings: Settings, session_factory: Callable[[], Session],
@@ -142,8 +142,8 @@ class HealthLoop:
         body = {"version": version, "backends": table,
                 "ttl_s": max(10.0, 5 * settings.health_interval)}
         headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        self._parallel([g.internal_url for g in gateways],
-                       lambda u: self._push(u, headers, body, settings))
+        parallel([g.internal_url for g in gateways],
+                 lambda u: self._push(u, headers, body, settings))
         self.last_version = version
         changed = {bid: s for bid, s in states.items() if self.states.get(bid) != s}
         if changed:
@@ -194,12 +194,6 @@ class HealthLoop:
                         row.since = now
                     row.state, row.detail = state, detail[:256]
 
-    def _parallel(self, items: list, fn: Callable[[Any], Any]) -> list[Any]:
-        if len(items) <= 1:
-            return [fn(i) for i in items]
-        with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL)) as pool:
-            return list(pool.map(fn, items))
-
     def _push(self, url: str, headers: dict, body: dict, settings: Settings) -> bool:
         try:
             r = self.http.post(url + "/internal/health", json=body, headers=headers,
@@ -211,11 +205,3 @@ class HealthLoop:
             return False
         self._note(url, None)
         return True
-
-    def _note(self, key: str, error: str | None) -> None:
-        if self._errors.get(key) != error:
-            if error:
-                log.warning("%s", error)
-            elif key in self._errors:
-                log.info("%s: ok again", key)
-            self._errors[key] = error

@@ -24,6 +24,7 @@ from requests.adapters import HTTPAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from control_plane.fanout import Notes
 from control_plane.models import Backend
 from control_plane.services import prom_text, scrapes
 
@@ -44,7 +45,7 @@ class Scraper:
         self._lock = threading.Lock()
         self._inflight: set[int] = set()
         self._done: list[scrapes.Outcome] = []
-        self._errors: dict[int, str | None] = {}
+        self._notes = Notes(log)
 
     def kick(self, session_factory: Callable[[], Session]) -> int:
         """Store finished scrapes and start the next ones; returns how many started."""
@@ -74,11 +75,12 @@ class Scraper:
             text = self._fetch(url)
             reading = prom_text.parse(text, fmt)
             outcome = scrapes.Outcome(bid, fmt, _now(), reading.free_fraction, reading.values)
-            self._note(bid, None, name)
+            self._notes(bid, None, ok_name=f"scrape of backend {name}")
         except (requests.RequestException, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
             outcome = scrapes.Outcome(bid, fmt, _now(), error=error)
-            self._note(bid, f"scrape of backend {name} ({url}): {error}", name)
+            self._notes(bid, f"scrape of backend {name} ({url}): {error}",
+                        ok_name=f"scrape of backend {name}")
         except Exception:   # noqa: BLE001 - a scrape thread must always report back
             log.exception("scrape of backend %s", name)
             outcome = scrapes.Outcome(bid, fmt, _now(), error="internal error")
@@ -98,13 +100,6 @@ class Scraper:
             raise ValueError(f"answer larger than {MAX_BYTES} bytes")
         return body.decode("utf-8", errors="replace")
 
-    def _note(self, bid: int, error: str | None, name: str) -> None:
-        if self._errors.get(bid) != error:
-            if error:
-                log.warning("%s", error)
-            elif bid in self._errors:
-                log.info("scrape of backend %s: ok again", name)
-            self._errors[bid] = error
 
 
 def _now() -> datetime:

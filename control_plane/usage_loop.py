@@ -14,20 +14,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
 import requests
 from sqlalchemy.orm import Session
 
+from control_plane.fanout import Notes, parallel
 from control_plane.models import Gateway
 from control_plane.services import usage_sync
 from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.usage")
 
-MAX_PARALLEL = 16
 
 
 class UsageLoop:
@@ -37,7 +36,7 @@ class UsageLoop:
         self.next_at = 0.0
         self.last_version = 0
         self._pushed: dict[int, tuple[str, Any, int]] = {}   # gateway id -> (boot, usage, version)
-        self._errors: dict[str, str | None] = {}
+        self._note = Notes(log)
 
     def due(self) -> bool:
         return self.clock() >= self.next_at
@@ -47,7 +46,7 @@ class UsageLoop:
         """One usage step; returns how many gateways were pushed to."""
         self.next_at = self.clock() + settings.usage_interval
         headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        reports = self._parallel(gateways, lambda g: self._read(g, headers, settings))
+        reports = parallel(gateways, lambda g: self._read(g, headers, settings))
         today = datetime.now(timezone.utc).date()
         own: dict[int, tuple[dict, dict]] = {}
         for g, report in zip(gateways, reports):
@@ -77,27 +76,13 @@ class UsageLoop:
             todo.append((g, {"boot": body["boot"], "version": self.last_version,
                              "day": today.strftime("%Y%m%d"), "month": today.strftime("%Y%m"),
                              "usage": usage}))
-        done = self._parallel(todo, lambda t: self._push(t[0], t[1], headers, settings))
+        done = parallel(todo, lambda t: self._push(t[0], t[1], headers, settings))
         for (g, push), ok in zip(todo, done):
             if ok:
                 self._pushed[g.id] = (push["boot"], push["usage"], push["version"])
             else:
                 self._pushed.pop(g.id, None)
         return sum(1 for ok in done if ok)
-
-    def _parallel(self, items: list, fn: Callable[[Any], Any]) -> list[Any]:
-        if len(items) <= 1:
-            return [fn(i) for i in items]
-        with ThreadPoolExecutor(max_workers=min(len(items), MAX_PARALLEL)) as pool:
-            return list(pool.map(fn, items))
-
-    def _note(self, key: str, error: str | None) -> None:
-        if self._errors.get(key) != error:
-            if error:
-                log.warning("%s", error)
-            elif key in self._errors:
-                log.info("%s: ok again", key)
-            self._errors[key] = error
 
     def _read(self, g: Gateway, headers: dict, settings: Settings) -> tuple | None:
         url = g.internal_url + "/internal/usage"

@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from control_plane.fanout import Notes, parallel
 from control_plane.models import Gateway, Model
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, telemetry
@@ -32,7 +32,6 @@ from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.weights")
 
-MAX_PARALLEL = 16
 
 
 class WeightsLoop:
@@ -43,7 +42,7 @@ class WeightsLoop:
         self.next_at = 0.0
         self.last_table: dict[str, int] = {}
         self.last_version = 0
-        self._errors: dict[str, str | None] = {}
+        self._note = Notes(log)
         self.scraper = Scraper()
 
     def due(self) -> bool:
@@ -56,7 +55,7 @@ class WeightsLoop:
         self.scraper.kick(session_factory)
         urls = [g.internal_url for g in gateways]
         headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        scraped = self._parallel(urls, lambda u: self._scrape(u, headers, settings))
+        scraped = parallel(urls, lambda u: self._scrape(u, headers, settings))
         now = self.clock()
         latencies: dict[str, list[float]] = {}
         for url, stats in zip(urls, scraped):
@@ -80,27 +79,13 @@ class WeightsLoop:
         version = max(int(time.time() * 1000), self.last_version + 1)
         body = {"version": version, "weights": table,
                 "hold_s": max(5.0, 5 * settings.weights_interval)}
-        self._parallel(urls, lambda u: self._push(u, headers, body, settings))
+        parallel(urls, lambda u: self._push(u, headers, body, settings))
         if table != self.last_table:
             log.info("weights version=%d %s", version,
                      " ".join(f"{k}={v}" for k, v in sorted(table.items(), key=lambda kv:
                                                              int(kv[0]))[:50]))
         self.last_table, self.last_version = table, version
         return table
-
-    def _parallel(self, urls: list[str], fn: Callable[[str], Any]) -> list[Any]:
-        if len(urls) <= 1:
-            return [fn(u) for u in urls]
-        with ThreadPoolExecutor(max_workers=min(len(urls), MAX_PARALLEL)) as pool:
-            return list(pool.map(fn, urls))
-
-    def _note(self, key: str, error: str | None) -> None:
-        if self._errors.get(key) != error:
-            if error:
-                log.warning("%s", error)
-            elif key in self._errors:
-                log.info("%s: ok again", key)
-            self._errors[key] = error
 
     def _scrape(self, url: str, headers: dict, settings: Settings) -> dict | None:
         try:
