@@ -292,6 +292,9 @@ class AdminUser(Timestamps, Base):
     role: Mapped[str] = mapped_column(String(16))
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     last_login_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Wrong passwords in a row, and the end of the lock they caused (sign-in throttling).
+    failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (CheckConstraint("role IN ('admin', 'viewer')", name="role_known"),)
 

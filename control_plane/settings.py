@@ -75,6 +75,11 @@ class Settings:
     breaker_cooldown_s: float = 30.0
     breaker_probes: int = 1
 
+    # Admin UI sign-in: this many wrong passwords in a row lock the account for
+    # `admin_lockout_s` seconds (a correct password resets the count).
+    admin_login_attempts: int = 5
+    admin_lockout_s: float = 300.0
+
     def breaker(self) -> dict[str, float]:
         """The snapshot's "breaker" section (docs/contracts.md)."""
         return {"window_s": self.breaker_window_s, "error_threshold": self.breaker_error_rate,
@@ -304,6 +309,8 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_BREAKER_MIN_REQUESTS": ("breaker_min_requests", _count),
     "SLUICE_BREAKER_COOLDOWN_S": ("breaker_cooldown_s", _positive_float),
     "SLUICE_BREAKER_PROBES": ("breaker_probes", _count),
+    "SLUICE_ADMIN_LOGIN_ATTEMPTS": ("admin_login_attempts", _count),
+    "SLUICE_ADMIN_LOCKOUT_S": ("admin_lockout_s", _positive_float),
     "SLUICE_USAGE_INTERVAL": ("usage_interval", _positive_float),
 }
 

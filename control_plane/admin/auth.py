@@ -12,8 +12,8 @@ import logging
 import secrets
 from urllib.parse import urlsplit
 
-from flask import (Response, abort, flash, g, redirect, render_template, request, session,
-                   url_for)
+from flask import (Response, abort, current_app, flash, g, redirect, render_template, request,
+                   session, url_for)
 from werkzeug.exceptions import HTTPException
 
 from control_plane.admin.blueprint import bp
@@ -125,7 +125,18 @@ def login() -> Response | str | tuple[str, int]:
         return render_template("login.html", next=request.args.get("next", ""))
     username = request.form.get("username", "").strip()
     password = request.form.get("password", "")
-    user = admin_users.authenticate(db(), username, password)
+    settings = current_app.config["SLUICE_SETTINGS"]
+    try:
+        user = admin_users.authenticate(db(), username, password,
+                                        settings.admin_login_attempts, settings.admin_lockout_s)
+    except admin_users.Locked as locked:
+        log.warning("admin UI: sign-in for %r from %s refused: account locked for %d s",
+                    username[:64], request.remote_addr, locked.retry_after)
+        html = render_template("login.html", next=request.form.get("next", ""),
+                               username=username,
+                               error="Too many wrong passwords for this account: try again "
+                                     f"in {locked.retry_after} seconds.")
+        return Response(html, 429, {"Retry-After": str(locked.retry_after)})
     if user is None:
         log.info("admin UI: failed sign-in for %r from %s", username[:64], request.remote_addr)
         return render_template("login.html", next=request.form.get("next", ""),

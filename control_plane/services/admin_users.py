@@ -2,8 +2,9 @@
 werkzeug scrypt hashes; nothing here logs or returns a password."""
 from __future__ import annotations
 
+import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -78,13 +79,40 @@ def get(session: Session, user_id: int) -> AdminUser | None:
     return session.get(AdminUser, user_id)
 
 
-def authenticate(session: Session, username: str, password: str) -> AdminUser | None:
-    """The enabled user with this name and password, or None; records the login."""
+class Locked(Exception):
+    """Too many wrong passwords in a row: the account refuses sign-ins for a while."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"locked for {retry_after} s")
+        self.retry_after = retry_after
+
+
+def authenticate(session: Session, username: str, password: str,
+                 max_attempts: int = 5, lockout_s: float = 300.0) -> AdminUser | None:
+    """The enabled user with this name and password, or None; records the login.
+
+    `max_attempts` wrong passwords in a row lock the account for `lockout_s` seconds:
+    raises Locked (even for the right password) until then. An unknown name costs the
+    same hash check and locks nothing."""
     user = find(session, username) if username else None
+    now = datetime.now(timezone.utc)
+    if user is not None and user.locked_until is not None and user.locked_until > now:
+        check_password_hash(_DUMMY_HASH, password or "")   # same cost as a real check
+        raise Locked(max(1, math.ceil((user.locked_until - now).total_seconds())))
     valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, password or "")
-    if user is None or not valid or not user.enabled:
+    if user is not None and not valid:
+        user.failed_logins = (user.failed_logins or 0) + 1
+        if user.failed_logins >= max_attempts:
+            user.failed_logins = 0
+            user.locked_until = now + timedelta(seconds=lockout_s)
+            session.commit()
+            raise Locked(max(1, math.ceil(lockout_s)))
+        session.commit()
         return None
-    user.last_login_at = datetime.now(timezone.utc)
+    if user is None or not user.enabled:
+        return None
+    user.last_login_at = now
+    user.failed_logins, user.locked_until = 0, None
     session.commit()
     return user
 

@@ -1,7 +1,7 @@
 """Resilience: a model's fallback on timeout; backend readiness from health checks.
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0011
 Create Date: 2026-11-29
 """
 from __future__ import annotations

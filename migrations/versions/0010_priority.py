@@ -1,7 +1,7 @@
 """Priority admission: plans' priority class and header switch, backends' capacity.
 
 Revision ID: 0010
-Revises: 0005
+Revises: 0009
 Create Date: 2026-11-29
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 backends, and the controller's scrapes of them (latest + short history).
 
 Revision ID: 0011
-Revises: 0005
+Revises: 0008
 Create Date: 2026-11-29
 """
 from __future__ import annotations

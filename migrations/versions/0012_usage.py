@@ -3,7 +3,7 @@ each gateway's last collected counters (the cursor that makes collection idempot
 models.mask_pii (PII masked in what is forwarded to the model's backends).
 
 Revision ID: 0012
-Revises: 0005
+Revises: 0010
 Create Date: 2026-11-29
 """
 from __future__ import annotations

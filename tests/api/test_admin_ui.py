@@ -2,7 +2,9 @@
 (tests/integration/ui/ drives the same pages in a real Chromium.)"""
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 
 import pytest
 
@@ -407,3 +409,43 @@ def test_plan_priority_and_backend_capacity_from_forms(ui, api):
     assert resp.status_code == 302, resp.get_data(as_text=True)
     [backend] = api("get", "/backends").get_json()["items"]
     assert backend["max_in_flight"] == 8
+
+
+def _throttled(app, attempts: int, lockout_s: float) -> None:
+    settings = app.config["SLUICE_SETTINGS"]
+    app.config["SLUICE_SETTINGS"] = dataclasses.replace(
+        settings, admin_login_attempts=attempts, admin_lockout_s=lockout_s)
+
+
+def test_wrong_passwords_in_a_row_lock_the_account(app, client, users):
+    _throttled(app, attempts=3, lockout_s=60)
+    for _ in range(2):
+        assert _login(client, "alice", "wrong password!").status_code == 401
+    resp = _login(client, "alice", "wrong password!")      # the third locks it
+    assert resp.status_code == 429
+    assert 55 <= int(resp.headers["Retry-After"]) <= 60
+    assert "Too many wrong passwords" in resp.get_data(as_text=True)
+    # while locked, even the right password is refused, and nobody is signed in
+    resp = _login(client, "alice")
+    assert resp.status_code == 429 and int(resp.headers["Retry-After"]) >= 1
+    assert client.get("/admin/").status_code == 302
+    # other accounts are not affected
+    assert _login(client, "victor").status_code == 302
+
+
+def test_the_lock_ends_and_a_sign_in_resets_the_count(app, client, users):
+    _throttled(app, attempts=2, lockout_s=1)
+    _login(client, "alice", "wrong password!")
+    assert _login(client, "alice", "wrong password!").status_code == 429
+    time.sleep(1.2)   # the lock is 1 s long
+    assert _login(client, "alice").status_code == 302
+    client.post("/admin/logout", data={"csrf_token": _csrf(client.get("/admin/"))})
+    # the count started again after the sign-in: one wrong password does not lock
+    assert _login(client, "alice", "wrong password!").status_code == 401
+    assert _login(client, "alice").status_code == 302
+
+
+def test_unknown_names_lock_nothing(app, client, users):
+    _throttled(app, attempts=2, lockout_s=60)
+    for _ in range(4):
+        assert _login(client, "nobody", "wrong password!").status_code == 401
