@@ -64,6 +64,7 @@ def set_password(session: Session, username: str, password: str) -> AdminUser:
         raise Invalid({"username": f"no admin user named {username!r}"})
     before = audit.state(user)
     user.password_hash = generate_password_hash(password, method=HASH_METHOD)
+    user.failed_logins, user.locked_until = 0, None   # a new password ends a lock
     # the hash is redacted on both sides: the entry says who changed it, and when
     audit.record(session, "update", "admin_users", user.id, before,
                  {**audit.state(user), "password_changed": True})

@@ -449,3 +449,13 @@ def test_unknown_names_lock_nothing(app, client, users):
     _throttled(app, attempts=2, lockout_s=60)
     for _ in range(4):
         assert _login(client, "nobody", "wrong password!").status_code == 401
+
+
+def test_a_new_password_ends_the_lock(app, client, users, db_url):
+    _throttled(app, attempts=1, lockout_s=600)
+    assert _login(client, "alice", "wrong password!").status_code == 429
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as session:
+        admin_users.set_password(session, "alice", "another long password")
+    engine.dispose()
+    assert _login(client, "alice", "another long password").status_code == 302
