@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 import requests
+from gateway_readings import access_lines, scrape, value
 
 ALICE, BOB = "sk-test-cache-alice-0123456789", "sk-test-cache-bob-0123456789"
 
@@ -117,8 +118,6 @@ def test_converted_answers_are_cached_and_keep_the_callers_request_id(cache_gw):
 
 
 def test_cache_outcomes_reach_metrics_and_the_access_log(cache_gw):
-    from test_observe import access_lines, scrape, value  # same folder (rootdir import)
-
     tag = uuid.uuid4().hex
     outcomes = [status(predict(cache_gw, "kv1", [tag])),
                 status(predict(cache_gw, "kv1", [tag])),

@@ -3,13 +3,13 @@ times out is answered by its `fallback_model`, converted to the caller's protoco
 with X-Sluice-Fallback; only on a timeout, only before anything was sent."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import requests
+from gateway_readings import access_lines
 
 from control_plane.runtime import procs
 
@@ -96,15 +96,6 @@ def metric(gw, name, **labels):
     raise AssertionError(f"no {name}{{{want}}} in /metrics")
 
 
-def access_lines(gw, expected, timeout=10.0):
-    path = gw.prefix / "logs" / "access.log"
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text() if path.exists() else ""
-        lines = [json.loads(line) for line in text.splitlines()]
-        if len(lines) >= expected or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.2)
 
 
 def test_timeout_answers_with_the_fallback_model(gw, helpers):

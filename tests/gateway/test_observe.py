@@ -6,40 +6,7 @@ import json
 import time
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
-
-
-def scrape(gw) -> dict:
-    """name -> list of samples, parsed by prometheus_client's parser."""
-    r = requests.get(gw.internal_url + "/metrics", timeout=5,
-                     headers={"Authorization": f"Bearer {gw.cfg.token}"})
-    assert r.status_code == 200, r.text
-    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    out = {}
-    for fam in text_string_to_metric_families(r.text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append(s)
-    return out
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    found = [s.value for s in samples.get(name, [])
-             if all(s.labels.get(k) == v for k, v in labels.items())]
-    assert len(found) == 1, (name, labels, samples.get(name))
-    return found[0]
-
-
-def access_lines(gw, expected: int, timeout: float = 10.0) -> list[dict]:
-    """The JSON lines of logs/access.log once `expected` of them are there (the log
-    is buffered: flush=1s)."""
-    path = gw.prefix / "logs" / "access.log"
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text() if path.exists() else ""
-        lines = [json.loads(line) for line in text.splitlines()]
-        if len(lines) >= expected or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.2)
+from gateway_readings import access_lines, scrape, value
 
 
 def test_metrics_need_the_token(gateway, helpers):

@@ -7,7 +7,6 @@ keys the outcome is the same on every run; 4 sigma is the statistical claim).
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 
@@ -16,6 +15,7 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from gateway_readings import access_lines
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,16 +32,6 @@ def route_counts(gw) -> dict:
             for s in fam.samples if s.name == "sluice_route_requests_total"}
 
 
-def access_lines(gw, expected: int, timeout: float = 10.0) -> list[dict]:
-    """The JSON access-log lines once `expected` are there (the log is buffered)."""
-    path = gw.prefix / "logs" / "access.log"
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text() if path.exists() else ""
-        lines = [json.loads(line) for line in text.splitlines()]
-        if len(lines) >= expected or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.2)
 
 
 def route_snapshot(helpers, backends, routes: dict, n_consumers: int = 0,
