@@ -114,6 +114,20 @@ class Stack:
             time.sleep(0.05)
         return served
 
+    def wait_weights(self, ids: list[int], expected: list[int],
+                     gateway: Gateway | None = None, timeout: float = 20.0) -> float:
+        """Wait until `gateway` uses weights `expected` for backends `ids`; the seconds
+        it took."""
+        gateway = gateway or self.gateway
+        start = time.monotonic()
+        while True:
+            w = gateway.weights_status()["weights"]
+            if [w.get(str(i)) for i in ids] == expected:
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise AssertionError(f"gateway weights {w}, wanted {expected}")
+            time.sleep(0.05)
+
     def chat(self, key: str, model: str, text: str = "hello", gateway: Gateway | None = None,
              **kw) -> requests.Response:
         gateway = gateway or self.gateway

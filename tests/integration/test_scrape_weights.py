@@ -5,7 +5,6 @@ backend whose /metrics fails is shown as failing and goes stale; it is never dra
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
 
 import requests
@@ -14,15 +13,6 @@ N = 200
 TOLERANCE = 0.08   # SWRR is exact per worker; 2 workers, arbitrary connection spread
 
 
-def _wait_weights(gw, ids, expected, timeout=20.0) -> float:
-    start = time.monotonic()
-    while True:
-        w = gw.weights_status()["weights"]
-        if [w.get(str(i)) for i in ids] == expected:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"gateway weights {w}, wanted {expected}")
-        time.sleep(0.05)
 
 
 def _share(stack, key, name) -> float:
@@ -49,21 +39,21 @@ def test_kv_cache_usage_scraped_from_model_servers_moves_traffic(stack):
     consumer = admin.create("consumers", name="t")
     key = admin.create("keys", consumer_id=consumer["id"])["key"]
     stack.wait_served()
-    gw, ids = stack.gateway, [v["id"], d["id"]]
+    ids = [v["id"], d["id"]]
 
-    _wait_weights(gw, ids, [800, 200])
+    stack.wait_weights(ids, [800, 200])
     assert abs(_share(stack, key, "vllm-1") - 0.8) <= TOLERANCE
 
     # The servers fill up the other way round; traffic follows.
     _set(url_v, used=0.75)
     _set(url_d, used=0.25)
-    took = _wait_weights(gw, ids, [250, 750])
+    took = stack.wait_weights(ids, [250, 750])
     print(f"/metrics change -> gateway weights in {took:.2f}s (weights interval 1s)")
     assert abs(_share(stack, key, "vllm-1") - 0.25) <= TOLERANCE
 
     # Requests queued in vLLM count against it: 16 waiting halve its free figure.
     _set(url_v, used=0.0, waiting=16)
-    _wait_weights(gw, ids, [500, 750])
+    stack.wait_weights(ids, [500, 750])
 
     scraped = {s["backend"]: s for s in
                admin._call("GET", "/telemetry/scrapes").json()["scrapes"]}
@@ -79,11 +69,11 @@ def test_kv_cache_usage_scraped_from_model_servers_moves_traffic(stack):
         f.write("SLUICE_TELEMETRY_STALE_AFTER=2\n")
     stack.children["controller"].send_signal(signal.SIGHUP)
     _set(url_v, fail=True)
-    _wait_weights(gw, ids, [750, 750])
+    stack.wait_weights(ids, [750, 750])
     scraped = {s["backend"]: s for s in
                admin._call("GET", "/telemetry/scrapes").json()["scrapes"]}
     assert scraped["vllm-1"]["error"] == "HTTPError: HTTP 500"
     assert scraped["dcgm-1"]["error"] is None
 
     _set(url_v, fail=False, used=0.0, waiting=0)
-    _wait_weights(gw, ids, [1000, 750])
+    stack.wait_weights(ids, [1000, 750])

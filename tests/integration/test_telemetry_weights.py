@@ -23,15 +23,6 @@ def _gpus(path, free_a: float, free_b: float) -> None:
          "memory_used_mb": int(total * (1 - free_b))}]}))
 
 
-def _wait_weights(gw, ids, expected, timeout=20.0) -> float:
-    start = time.monotonic()
-    while True:
-        w = gw.weights_status()["weights"]
-        if [w.get(str(i)) for i in ids] == expected:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"gateway weights {w}, wanted {expected}")
-        time.sleep(0.05)
 
 
 def _share_a(stack, key) -> float:
@@ -62,14 +53,13 @@ def test_free_memory_moves_traffic_and_agent_survives_api_restart(stack):
                           "--source", "simulated", "--simulated-gpus", str(gpus),
                           "--config", str(cfg), "--interval", "0.5",
                           "--control-plane", f"http://127.0.0.1:{stack.api_port}"])
-    gw = stack.gateway
-    _wait_weights(gw, [a["id"], b["id"]], [800, 200])
+    stack.wait_weights([a["id"], b["id"]], [800, 200])
     share = _share_a(stack, key)
     assert abs(share - 0.8) <= TOLERANCE, share
 
     # A telemetry change reaches the gateway within agent + weight intervals.
     _gpus(gpus, 0.25, 0.75)
-    took = _wait_weights(gw, [a["id"], b["id"]], [250, 750])
+    took = stack.wait_weights([a["id"], b["id"]], [250, 750])
     print(f"telemetry change -> gateway weights in {took:.2f}s "
           "(agent interval 0.5s, weights interval 1s)")
     share = _share_a(stack, key)
@@ -80,7 +70,7 @@ def test_free_memory_moves_traffic_and_agent_survives_api_restart(stack):
     time.sleep(1.5)
     stack.start_api()
     _gpus(gpus, 0.5, 0.5)
-    _wait_weights(gw, [a["id"], b["id"]], [500, 500])
+    stack.wait_weights([a["id"], b["id"]], [500, 500])
     assert stack.children["agent"].poll() is None
 
     # The operator sees both GPUs, their class and that they are fresh.
