@@ -119,8 +119,13 @@ local function build_key(name, fam, a, b, c, d)
     return keys
 end
 
+-- The i-th of four label values, without building a table per call.
+local function nth(i, a, b, c, d)
+    if i == 1 then return a elseif i == 2 then return b elseif i == 3 then return c end
+    return d
+end
+
 -- The cached key of one series: fam.keys[a][b][c][d]; nil labels read as "".
--- Unrolled (no table per call): this runs several times per request.
 local function key_for(name, a, b, c, d)
     local fam = families[name]
     if not fam then
@@ -129,40 +134,16 @@ local function key_for(name, a, b, c, d)
     local n = #fam.labels
     local va, vb, vc, vd = a or "", b or "", c or "", d or ""
     local node = fam.keys
-    local leaf = ""
-    if n > 0 then
-        if n > 1 then
-            local child = node[va]
-            if not child then
-                child = {}
-                node[va] = child
-            end
-            node = child
-            if n > 2 then
-                child = node[vb]
-                if not child then
-                    child = {}
-                    node[vb] = child
-                end
-                node = child
-                if n > 3 then
-                    child = node[vc]
-                    if not child then
-                        child = {}
-                        node[vc] = child
-                    end
-                    node = child
-                    leaf = vd
-                else
-                    leaf = vc
-                end
-            else
-                leaf = vb
-            end
-        else
-            leaf = va
+    for i = 1, n - 1 do
+        local v = nth(i, va, vb, vc, vd)
+        local child = node[v]
+        if not child then
+            child = {}
+            node[v] = child
         end
+        node = child
     end
+    local leaf = n == 0 and "" or nth(n, va, vb, vc, vd)
     local key = node[leaf]
     if key then
         return key, fam
