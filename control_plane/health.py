@@ -38,7 +38,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.fanout import Notes, parallel
-from control_plane.models import BackendHealth, Gateway
+from control_plane.models import Gateway
+from control_plane.records import BackendHealth
 from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.health")

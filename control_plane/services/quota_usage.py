@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Consumer, Plan, UsageDaily
+from control_plane.models import Consumer, Plan
+from control_plane.records import UsageDaily
 from control_plane.services.errors import NotFound
 
 QUOTAS = {  # plan field -> (period, what is counted)

@@ -22,7 +22,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Backend, Gpu, GpuSample
+from control_plane.models import Backend
+from control_plane.records import Gpu, GpuSample
 from control_plane.services import affinity
 from control_plane.services.config_state import bump_version
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import InferenceLog
+from control_plane.records import InferenceLog
 from control_plane.services import admin_users
 
 PASSWORD = "correct horse battery"

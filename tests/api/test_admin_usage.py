@@ -5,7 +5,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import UsageDaily
+from control_plane.records import UsageDaily
 from control_plane.services import admin_users, usage
 
 PASSWORD = "correct horse battery"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from control_plane.app import create_app, dispose
-from control_plane.models import AuditEntry
+from control_plane.records import AuditEntry
 from control_plane.settings import Settings, SettingsError, load_settings
 
 

@@ -19,7 +19,7 @@ from control_plane.controller import Controller
 from control_plane.db import make_engine
 from control_plane.models import Gateway
 from control_plane.runtime.procs import free_port
-from control_plane.models import BackendHealth
+from control_plane.records import BackendHealth
 from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 from control_plane.settings import load_settings
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from control_plane.app import create_app, dispose
-from control_plane.models import Gpu
+from control_plane.records import Gpu
 from control_plane.settings import Settings
 
 AGENT_TOKEN = "test-agent-token-0123"

@@ -7,7 +7,8 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import Gateway, UsageDaily
+from control_plane.models import Gateway
+from control_plane.records import UsageDaily
 from control_plane.services import usage_sync
 
 TODAY = datetime.now(timezone.utc).date()
