@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane import admin
-# usage and observability add routes to views.bp when imported
-from control_plane.api import errors, observability, usage, views  # noqa: F401
+# usage, observability and openapi add routes to views.bp when imported
+from control_plane.api import errors, observability, openapi, usage, views  # noqa: F401
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.settings import SettingsError, load_settings
 

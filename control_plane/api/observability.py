@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from flask import Flask, Response, current_app, g, jsonify, request
 
 from control_plane.api.errors import request_id
-from control_plane.api.validation import ValidationError
+from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
 from control_plane.services import audit, health, inference_logs, scaling, telemetry
 
@@ -22,6 +22,8 @@ ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 DEFAULT_STATS_WINDOW = timedelta(hours=1)
 
 
+@described({"type": "string", "description": "ISO 8601 (UTC when no offset is given) "
+            "or Unix seconds", "examples": ["2026-11-29T17:00:00Z", "1795000000"]})
 def parse_time(raw: str) -> datetime:
     """ISO 8601 (UTC when no offset is given) or Unix seconds."""
     try:
@@ -38,6 +40,7 @@ def parse_time(raw: str) -> datetime:
 
 
 def _int_in(lo: int, hi: int):
+    @described({"type": "integer", "minimum": lo, "maximum": hi})
     def parse(raw: str) -> int:
         try:
             v = int(raw)
@@ -49,6 +52,7 @@ def _int_in(lo: int, hi: int):
     return parse
 
 
+@described({"type": "string", "minLength": 1, "maxLength": 256})
 def _text(raw: str) -> str:
     if not raw or len(raw) > 256:
         raise ValueError("must be 1 to 256 characters")
@@ -91,9 +95,12 @@ def logs() -> Response:
     return jsonify(body)
 
 
+STATS_PARAMS = {"since": parse_time, "until": parse_time}
+
+
 @bp.get("/logs/stats")
 def logs_stats() -> Response:
-    args = query_args({"since": parse_time, "until": parse_time})
+    args = query_args(STATS_PARAMS)
     until = args.get("until") or datetime.now(timezone.utc)
     since = args.get("since") or until - DEFAULT_STATS_WINDOW
     if since >= until:

@@ -18,7 +18,7 @@ from typing import Any
 
 from control_plane.api import validation as v
 from control_plane.api.schemas import Schema, iso
-from control_plane.api.validation import Field
+from control_plane.api.validation import NAME_SCHEMA, SCALAR_SCHEMA, Field, described
 from control_plane.models import Route
 
 MAX_VERSIONS = 32
@@ -61,6 +61,29 @@ def _conditions(value: Any, where: str) -> list[dict[str, Any]]:
     return [_condition(c, f"{where}[{i}]") for i, c in enumerate(value)]
 
 
+_CONDITION = {"type": "object", "required": ["attr"], "additionalProperties": False,
+              "properties": {"attr": {"type": "string", "pattern": _ATTR_RE.pattern},
+                             "op": {"type": "string", "enum": list(OPS)},
+                             "value": {"anyOf": [SCALAR_SCHEMA, {
+                                 "type": "array", "minItems": 1, "maxItems": MAX_IN_VALUES,
+                                 "items": SCALAR_SCHEMA}]}}}
+_PERCENT = {"type": "integer", "minimum": 0, "maximum": 100}
+_VERSIONS_IN = {"type": "array", "minItems": 1, "maxItems": MAX_VERSIONS, "items": {
+    "type": "object", "required": ["model"], "additionalProperties": False,
+    "properties": {"model": NAME_SCHEMA, "percent": _PERCENT, "conditions": {"anyOf": [
+        {"type": "object", "maxProperties": MAX_CONDITIONS,
+         "propertyNames": {"pattern": _ATTR_RE.pattern},
+         "additionalProperties": _CONDITION["properties"]["value"]},
+        {"type": "array", "maxItems": MAX_CONDITIONS, "items": _CONDITION}]}}}}
+_VERSIONS_OUT = {"type": "array", "items": {
+    "type": "object", "required": ["model", "model_id", "percent", "conditions"],
+    "additionalProperties": False,
+    "properties": {"model": NAME_SCHEMA, "model_id": {"type": "integer"},
+                   "percent": _PERCENT,
+                   "conditions": {"type": "array", "items": _CONDITION}}}}
+
+
+@described(_VERSIONS_IN, _VERSIONS_OUT)
 def route_versions(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_VERSIONS:
         raise ValueError(f"must be a list of 1 to {MAX_VERSIONS} versions")

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from control_plane.api import validation as v
-from control_plane.api.validation import Field
+from control_plane.api.validation import Field, described
 from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PRIORITIES, PROTOCOLS, ApiKey,
                                   Backend, Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
 from control_plane.services import jwt_keys
@@ -18,9 +18,16 @@ MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
 MAX_IN_FLIGHT = 1_000_000
 COMMON_READ_ONLY = ("id", "created_at", "updated_at")
-_GPU_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_GPU_CLASS = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_GPU_CLASS_RE = re.compile(_GPU_CLASS)
+_INT = {"type": "integer"}
+_TIME = {"type": "string", "format": "date-time"}
+# what every resource shows beyond its fields (the OpenAPI document's responses)
+COMMON_SHOWN: dict[str, dict[str, Any]] = {"id": _INT, "created_at": _TIME,
+                                           "updated_at": _TIME}
 
 
+@described({"type": "string", "pattern": _GPU_CLASS})
 def gpu_class(value: Any) -> str:
     """A GPU class as the agent derives it from the device name: "A100", "T4"."""
     if not isinstance(value, str) or not _GPU_CLASS_RE.match(value):
@@ -36,10 +43,15 @@ def iso(dt: datetime | None) -> str | None:
 
 
 class Schema:
-    """Create and update rules of one resource plus its JSON rendering."""
+    """Create and update rules of one resource plus its JSON rendering.
+
+    `render` shows the fields of `create` that are not write-only, with the values
+    their parsers return, plus `shown` (read-only fields and their JSON Schema).
+    """
     create: dict[str, Field]
     update: dict[str, Field]
     read_only: tuple[str, ...] = COMMON_READ_ONLY
+    shown: dict[str, dict[str, Any]] = COMMON_SHOWN
 
     def render(self, obj: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -83,7 +95,8 @@ class BackendSchema(Schema):
         "weight": Field(v.integer(0, MAX_WEIGHT)),
         "enabled": Field(v.boolean),
         # write-only: rendered as auth_header_set
-        "auth_header": Field(v.header_value(MAX_AUTH_HEADER), nullable=True),
+        "auth_header": Field(v.header_value(MAX_AUTH_HEADER), nullable=True,
+                             write_only=True),
         # declared GPU class (hosts without an agent); wins over agent reports
         "gpu_class": Field(gpu_class, nullable=True),
         # Prometheus endpoint the controller scrapes; both or neither (services check)
@@ -91,8 +104,10 @@ class BackendSchema(Schema):
         "metrics_format": Field(v.one_of(*METRICS_FORMATS), nullable=True),
         "max_in_flight": Field(v.integer(1, MAX_IN_FLIGHT), nullable=True),
     }
-    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+    update = {k: Field(f.parse, nullable=f.nullable, write_only=f.write_only)
+              for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("auth_header_set",)
+    shown = {**COMMON_SHOWN, "auth_header_set": {"type": "boolean"}}
 
     def render(self, b: Backend) -> dict[str, Any]:
         return {"id": b.id, "name": b.name, "model_id": b.model_id, "url": b.url,
@@ -181,6 +196,7 @@ class KeySchema(Schema):
     # A key stays with its consumer; issue a new key to move access.
     update = {k: f for k, f in create.items() if k != "consumer_id"}
     read_only = COMMON_READ_ONLY + ("consumer_id", "key", "key_hash", "prefix")
+    shown = {**COMMON_SHOWN, "consumer_id": _INT, "prefix": {"type": "string"}}
 
     def render(self, k: ApiKey) -> dict[str, Any]:
         return {"id": k.id, "consumer_id": k.consumer_id, "name": k.name,
@@ -195,6 +211,9 @@ class GatewaySchema(Schema):
     }
     update = {k: Field(f.parse) for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("acked_version", "last_push_at", "last_error")
+    shown = {**COMMON_SHOWN, "acked_version": {"type": ["integer", "null"]},
+             "last_push_at": {"type": ["string", "null"], "format": "date-time"},
+             "last_error": {"type": ["string", "null"]}}
 
     def render(self, g: Gateway) -> dict[str, Any]:
         return {"id": g.id, "name": g.name, "internal_url": g.internal_url,
@@ -203,7 +222,8 @@ class GatewaySchema(Schema):
                 "updated_at": iso(g.updated_at)}
 
 
-def _keys(parse):
+def _keys(parse, schema: dict[str, Any]):
+    @described(schema)
     def wrapped(value: Any) -> list[dict[str, Any]]:
         try:
             return parse(value)
@@ -216,16 +236,22 @@ class JwtIssuerSchema(Schema):
     """`pem` or `jwks` in, the parsed `keys` out (kid, alg and PEM of each)."""
     create = {
         "name": Field(v.name, required=True),
-        "pem": Field(_keys(jwt_keys.from_pem)),
-        "jwks": Field(_keys(jwt_keys.from_jwks)),
+        "pem": Field(_keys(jwt_keys.from_pem, {"type": "string", "maxLength": 16384}),
+                     write_only=True),
+        "jwks": Field(_keys(jwt_keys.from_jwks, {"type": "object"}), write_only=True),
         "issuer": Field(v.text(512), nullable=True),
         "audience": Field(v.text(512), nullable=True),
         "consumer_claim": Field(v.claim_name),
         "enabled": Field(v.boolean),
         "expires_at": Field(v.timestamp, nullable=True),
     }
-    update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
+    update = {k: Field(f.parse, nullable=f.nullable, write_only=f.write_only)
+              for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("keys",)
+    shown = {**COMMON_SHOWN, "keys": {"type": "array", "items": {
+        "type": "object", "required": ["kid", "alg", "pem"], "additionalProperties": False,
+        "properties": {"kid": {"type": ["string", "null"]}, "alg": {"type": "string"},
+                       "pem": {"type": "string"}}}}}
 
     @staticmethod
     def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:

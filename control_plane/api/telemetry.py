@@ -16,7 +16,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from control_plane.api.errors import ApiError
-from control_plane.api.validation import ValidationError
+from control_plane.api.validation import ValidationError, described
 from control_plane.models import NAME_PATTERN, Backend
 from control_plane.records import Gpu
 from control_plane.services import affinity, scrapes, telemetry
@@ -26,7 +26,8 @@ MAX_GPUS_PER_REPORT = 64
 SOURCES = ("nvml", "simulated")
 
 _NAME_RE = re.compile(NAME_PATTERN)
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$")
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+_HOST_RE = re.compile(HOST_PATTERN)
 
 
 def _int(v: Any, lo: int, hi: int) -> int:
@@ -89,23 +90,54 @@ def parse_report(data: Any) -> tuple[str, str, list[GpuReading]]:
     return host, source, readings
 
 
+def _int_check(lo: int, hi: int):
+    return described({"type": "integer", "minimum": lo, "maximum": hi})(
+        lambda v: _int(v, lo, hi))
+
+
+def _num_check(lo: float, hi: float):
+    return described({"type": ["number", "null"], "minimum": lo, "maximum": hi})(
+        lambda v: _num(v, lo, hi))
+
+
+def _text_check(max_len: int, nullable: bool = False):
+    text = {"type": "string", "minLength": 1, "maxLength": max_len, "pattern": "\\S"}
+    return described({"anyOf": [text, {"type": "null"}]} if nullable else text)(
+        lambda v: None if v is None and nullable else _text(v, max_len))
+
+
+# One GPU of a report: what each field accepts (the OpenAPI document reads these too).
+READING_REQUIRED = {
+    "index": _int_check(0, 1023),
+    "name": _text_check(128),
+    "memory_total_mb": _int_check(1, 1 << 40),
+    "memory_used_mb": _int_check(0, 1 << 40),
+}
+
+
+@described({"type": "array", "maxItems": 64,
+            "items": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}})
+def _backend_names(v: Any) -> list[str]:
+    if not isinstance(v, list) or len(v) > 64 or not all(
+            isinstance(n, str) and _NAME_RE.match(n) for n in v):
+        raise ValueError("must be a list of backend names")
+    return list(dict.fromkeys(v))
+
+
+READING_OPTIONAL = {
+    "uuid": _text_check(128, nullable=True),
+    "gpu_class": _text_check(64, nullable=True),
+    "utilization_pct": _num_check(0, 100),
+    "temperature_c": _num_check(-50, 200),
+    "power_w": _num_check(0, 10_000),
+    "backends": _backend_names,
+}
+
+
 def _reading(g: dict, where: str) -> GpuReading:
     errors: dict[str, str] = {}
     out: dict[str, Any] = {}
-    checks = {
-        "index": lambda v: _int(v, 0, 1023),
-        "name": lambda v: _text(v, 128),
-        "memory_total_mb": lambda v: _int(v, 1, 1 << 40),
-        "memory_used_mb": lambda v: _int(v, 0, 1 << 40),
-    }
-    optional = {
-        "uuid": lambda v: None if v is None else _text(v, 128),
-        "gpu_class": lambda v: None if v is None else _text(v, 64),
-        "utilization_pct": lambda v: _num(v, 0, 100),
-        "temperature_c": lambda v: _num(v, -50, 200),
-        "power_w": lambda v: _num(v, 0, 10_000),
-        "backends": _backend_names,
-    }
+    checks, optional = READING_REQUIRED, READING_OPTIONAL
     for key, check in {**checks, **optional}.items():
         if key not in g:
             if key in checks:
@@ -124,14 +156,6 @@ def _reading(g: dict, where: str) -> GpuReading:
     out["gpu_class"] = out.get("gpu_class") or gpu_class(out["name"])
     out["backends"] = tuple(out.get("backends") or ())
     return GpuReading(**out)
-
-
-def _backend_names(v: Any) -> list[str]:
-    if not isinstance(v, list) or len(v) > 64 or not all(
-            isinstance(n, str) and _NAME_RE.match(n) for n in v):
-        raise ValueError("must be a list of backend names")
-    return list(dict.fromkeys(v))
-
 
 
 def register(bp: Blueprint, db, json_body) -> None:

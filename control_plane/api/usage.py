@@ -14,13 +14,14 @@ from datetime import date
 from flask import Response, jsonify
 
 from control_plane.api.observability import _int_in, _text, query_args
-from control_plane.api.validation import ValidationError
+from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
 from control_plane.services import quota_usage
 
 MAX_DAYS = 366
 
 
+@described({"type": "string", "format": "date"})
 def _day(raw: str) -> date:
     try:
         return date.fromisoformat(raw)
@@ -34,10 +35,12 @@ def consumer_usage(id: int) -> Response:
     return jsonify(quota_usage.for_consumer(db(), id))
 
 
+USAGE_PARAMS = {"consumer": _int_in(1, 2**31 - 1), "model": _text, "from": _day, "to": _day}
+
+
 @bp.get("/usage")
 def usage_daily() -> Response:
-    args = query_args({"consumer": _int_in(1, 2**31 - 1), "model": _text, "from": _day,
-                       "to": _day})
+    args = query_args(USAGE_PARAMS)
     until = args.get("to") or quota_usage.today_utc()
     since = args.get("from") or until.replace(day=1)
     if since > until:

@@ -1,7 +1,10 @@
 """A small validator for JSON bodies: per-field parsers, field-level messages.
 
 A parser takes the decoded JSON value and returns the clean value or raises
-ValueError whose message completes "<field> ..." for an operator.
+ValueError whose message completes "<field> ..." for an operator. Each parser also
+carries the JSON Schema of what it accepts (and of what it returns, when that differs),
+set with `described`: control_plane/api/openapi.py renders the OpenAPI document from
+them, so the document and the checks cannot drift apart.
 """
 from __future__ import annotations
 
@@ -27,11 +30,38 @@ class ValidationError(Exception):
         super().__init__(message)
 
 
+def described(accepts: dict[str, Any], returns: dict[str, Any] | None = None
+              ) -> Callable[[Parser], Parser]:
+    """Attach to a parser the JSON Schema (OpenAPI 3.1) of the values it accepts and,
+    when it normalises them into another shape, of the values it returns."""
+    def attach(parse: Parser) -> Parser:
+        parse.json_schema = accepts            # type: ignore[attr-defined]
+        parse.output_schema = returns or accepts   # type: ignore[attr-defined]
+        return parse
+    return attach
+
+
+def accepts(parse: Parser) -> dict[str, Any]:
+    """The JSON Schema of what `parse` accepts; a parser without one is a bug."""
+    try:
+        return parse.json_schema               # type: ignore[attr-defined]
+    except AttributeError:
+        raise TypeError(f"parser {parse!r} has no JSON Schema: wrap it in described()") \
+            from None
+
+
+def returns(parse: Parser) -> dict[str, Any]:
+    accepts(parse)
+    return parse.output_schema                 # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Field:
     parse: Parser
     required: bool = False
     nullable: bool = False
+    # accepted but never shown (a secret, or an input folded into another field)
+    write_only: bool = False
 
 
 def validate(data: Any, schema: Mapping[str, Field], *, partial: bool = False,
@@ -72,6 +102,10 @@ def validate(data: Any, schema: Mapping[str, Field], *, partial: bool = False,
 
 # parsers
 
+NAME_SCHEMA = {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}
+
+
+@described(NAME_SCHEMA)
 def name(value: Any) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise ValueError("must be 1-128 characters of letters, digits and . _ : / -, "
@@ -80,6 +114,7 @@ def name(value: Any) -> str:
 
 
 def text(max_len: int = 128) -> Parser:
+    @described({"type": "string", "maxLength": max_len})
     def parse(value: Any) -> str:
         if not isinstance(value, str) or len(value) > max_len:
             raise ValueError(f"must be a string of at most {max_len} characters")
@@ -88,6 +123,7 @@ def text(max_len: int = 128) -> Parser:
 
 
 def integer(lo: int, hi: int) -> Parser:
+    @described({"type": "integer", "minimum": lo, "maximum": hi})
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ValueError(f"must be an integer between {lo} and {hi}")
@@ -95,6 +131,7 @@ def integer(lo: int, hi: int) -> Parser:
     return parse
 
 
+@described({"type": "boolean"})
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
@@ -102,6 +139,7 @@ def boolean(value: Any) -> bool:
 
 
 def one_of(*choices: str) -> Parser:
+    @described({"type": "string", "enum": list(choices)})
     def parse(value: Any) -> str:
         if value not in choices:
             raise ValueError("must be one of: " + ", ".join(choices))
@@ -109,6 +147,7 @@ def one_of(*choices: str) -> Parser:
     return parse
 
 
+@described({"type": "array", "items": NAME_SCHEMA})
 def name_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(
             isinstance(v, str) and _NAME_RE.match(v) for v in value):
@@ -116,9 +155,14 @@ def name_list(value: Any) -> list[str]:
     return list(dict.fromkeys(value))  # drop duplicates, keep order
 
 
-_ATTR_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_ATTR_KEY = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+_ATTR_KEY_RE = re.compile(_ATTR_KEY)
+SCALAR_SCHEMA = {"anyOf": [{"type": "string", "maxLength": 256},
+                           {"type": ["number", "boolean"]}]}
 
 
+@described({"type": "object", "maxProperties": 32, "propertyNames": {"pattern": _ATTR_KEY},
+            "additionalProperties": SCALAR_SCHEMA})
 def attributes(value: Any) -> dict[str, Any]:
     """A flat object of scalar facts: {"user_type": "vip", "tier": 2}."""
     message = ("must be an object of at most 32 names ([A-Za-z_][A-Za-z0-9_.-]*) "
@@ -133,6 +177,7 @@ def attributes(value: Any) -> dict[str, Any]:
 
 
 def number(lo: float, hi: float) -> Parser:
+    @described({"type": "number", "minimum": lo, "maximum": hi})
     def parse(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not lo <= value <= hi:
@@ -145,7 +190,12 @@ def object_of(fields: Mapping[str, Parser], max_keys: int = 256) -> Parser:
     """An object {name: {field: value}} whose inner fields are all optional."""
     message = (f"must be an object of at most {max_keys} model names to objects with "
                "any of: " + ", ".join(fields))
+    inner_schema = {"type": "object", "minProperties": 1, "additionalProperties": False,
+                    "properties": {f: {"anyOf": [accepts(p), {"type": "null"}]}
+                                   for f, p in fields.items()}}
 
+    @described({"type": "object", "maxProperties": max_keys,
+                "propertyNames": NAME_SCHEMA, "additionalProperties": inner_schema})
     def parse(value: Any) -> dict[str, Any]:
         if not isinstance(value, dict) or len(value) > max_keys:
             raise ValueError(message)
@@ -170,6 +220,7 @@ def http_url(*, allow_path: bool) -> Parser:
     """An http:// URL with a hostname or IPv4 address, optional port and base path."""
     shape = "http://host:port[/base]" if allow_path else "http://host:port"
 
+    @described({"type": "string", "format": "uri", "pattern": "^http://", "maxLength": 2048})
     def parse(value: Any) -> str:
         message = f"must be a URL of the form {shape}"
         if not isinstance(value, str) or len(value) > 2048:
@@ -192,6 +243,8 @@ def http_url(*, allow_path: bool) -> Parser:
     return parse
 
 
+@described({"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]},
+           {"type": "string", "format": "date-time"})
 def timestamp(value: Any) -> datetime:
     """Unix seconds, or ISO 8601 (UTC when no offset is given)."""
     message = "must be Unix seconds or an ISO 8601 date-time such as 2030-01-01T00:00:00Z"
@@ -211,6 +264,7 @@ def timestamp(value: Any) -> datetime:
     raise ValueError(message)
 
 
+@described({"type": "integer", "minimum": 1, "maximum": 2**31 - 1})
 def identifier(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
         raise ValueError("must be the integer id of an existing resource")
@@ -219,6 +273,8 @@ def identifier(value: Any) -> int:
 
 def header_value(max_len: int) -> Parser:
     """A single-line HTTP header value (e.g. "Bearer sk-...")."""
+    @described({"type": "string", "minLength": 1, "maxLength": max_len,
+                "pattern": "^[^\\x00-\\x1f\\x7f]+$"})
     def parse(value: Any) -> str:
         if (not isinstance(value, str) or not value or len(value) > max_len
                 or any(ord(c) < 0x20 or ord(c) == 0x7f for c in value)):
@@ -228,18 +284,22 @@ def header_value(max_len: int) -> Parser:
     return parse
 
 
-_CLAIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+_CLAIM = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
+_CLAIM_RE = re.compile(_CLAIM)
 
 
+@described({"type": "string", "pattern": _CLAIM})
 def claim_name(value: Any) -> str:
     if not isinstance(value, str) or not _CLAIM_RE.match(value):
         raise ValueError("must be a claim name of 1-64 letters, digits and _ . : -")
     return value
 
 
-_POINTER_RE = re.compile(r"^(/([^~/]|~[01])*)*$")
+_POINTER = r"^(/([^~/]|~[01])*)*$"
+_POINTER_RE = re.compile(_POINTER)
 
 
+@described({"type": "string", "pattern": "^/[^\\s?#]*$", "maxLength": 1024})
 def url_path(value: Any) -> str:
     """A path on a backend, such as /generate or /api/v2/infer."""
     if not isinstance(value, str) or not value.startswith("/") or len(value) > 1024 or \
@@ -248,12 +308,16 @@ def url_path(value: Any) -> str:
     return value
 
 
+@described({"type": "object"})
 def json_object(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be a JSON object")
     return value
 
 
+@described({"type": "object", "required": ["output"], "additionalProperties": False,
+            "properties": {"output": {"type": "string", "pattern": _POINTER},
+                           "error": {"type": "string", "pattern": _POINTER}}})
 def mapping_response(value: Any) -> dict[str, str]:
     """{"output": <JSON pointer>, "error": <JSON pointer, optional>}."""
     message = ('must be an object {"output": "/json/pointer", "error": "/optional/pointer"} '
@@ -267,6 +331,8 @@ def mapping_response(value: Any) -> dict[str, str]:
     return value
 
 
+@described({"type": "array", "minItems": 1, "maxItems": 1000,
+            "items": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "\\S"}})
 def term_list(value: Any) -> list[str]:
     """1-1000 distinct non-empty terms of at most 200 characters, matched lowercased."""
     if (not isinstance(value, list) or not 1 <= len(value) <= 1000 or not all(
@@ -279,6 +345,10 @@ def term_list(value: Any) -> list[str]:
 COEFFICIENT_NAMES = ("memory", "success", "latency")
 
 
+@described({"type": "object", "required": list(COEFFICIENT_NAMES),
+            "additionalProperties": False,
+            "properties": {k: {"type": "number", "minimum": 0, "maximum": 1}
+                           for k in COEFFICIENT_NAMES}})
 def coefficients(value: Any) -> dict[str, float]:
     """Weight-formula coefficients: {"memory": 0.6, "success": 0.3, "latency": 0.1}."""
     if not isinstance(value, dict) or set(value) != set(COEFFICIENT_NAMES):

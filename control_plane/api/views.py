@@ -4,6 +4,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
@@ -23,7 +24,22 @@ from control_plane.services.resources import (BACKENDS, CONSUMERS, CONTENT_POLIC
 from control_plane.services.routes import ROUTES
 
 API_PREFIX = "/api/v1"
+# The OpenAPI document holds no secret, and operators fetch it to generate clients
+# before they hold a token: it is the one path under /api/ served without one.
+OPENAPI_PATH = API_PREFIX + "/openapi.json"
 bp = Blueprint("api", __name__, url_prefix=API_PREFIX)
+
+
+@dataclass(frozen=True)
+class CrudResource:
+    """One resource served by `register_resource`, as the OpenAPI document lists it."""
+    path: str
+    schema: Schema
+    filters: tuple[str, ...]
+    created_shows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+RESOURCES: list[CrudResource] = []
 
 
 def db() -> Session:
@@ -43,6 +59,8 @@ def require_admin_token() -> None:
     """Bearer auth for everything under /api/, unknown routes included. Agents'
     telemetry reports may use the agent token (SLUICE_AGENT_TOKEN) instead."""
     if not request.path.startswith("/api/"):
+        return
+    if request.path == OPENAPI_PATH and request.method in ("GET", "HEAD"):
         return
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -64,9 +82,23 @@ def json_body() -> Any:
     if not raw.strip():
         raise ApiError(400, "request body must be a JSON object")
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
     except ValueError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if _has_nul(data):
+        # PostgreSQL stores no NUL in text or JSONB: refuse it here, not with a 500
+        raise ApiError(400, "request body must not contain NUL characters (\\u0000)")
+    return data
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def query_filters(names: tuple[str, ...]) -> dict[str, int]:
@@ -86,9 +118,12 @@ def query_filters(names: tuple[str, ...]) -> dict[str, int]:
 
 def register_resource(path: str, resource: Resource, schema: Schema,
                       create_view: Callable[[], Any] | None = None,
-                      to_row: Callable[..., dict[str, Any]] | None = None) -> None:
-    """The five CRUD routes of one resource. `to_row` maps validated input to columns."""
+                      to_row: Callable[..., dict[str, Any]] | None = None,
+                      created_shows: dict[str, dict[str, Any]] | None = None) -> None:
+    """The five CRUD routes of one resource. `to_row` maps validated input to columns;
+    `created_shows` names what `create_view` adds to the rendered row (and its schema)."""
     name = path.strip("/").replace("-", "_")
+    RESOURCES.append(CrudResource(path, schema, resource.filters, created_shows or {}))
     if to_row is None:
         def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
             return data
@@ -142,7 +177,8 @@ def create_key() -> tuple[Response, int]:
     return jsonify({**_key_schema.render(row), "key": key}), 201
 
 
-register_resource("/keys", KEYS, _key_schema, create_view=create_key)
+register_resource("/keys", KEYS, _key_schema, create_view=create_key,
+                  created_shows={"key": {"type": "string"}})
 
 
 @bp.get("/config")

@@ -1,0 +1,153 @@
+"""The admin API's OpenAPI document: served without a token, a valid OpenAPI 3.1
+document, complete (every route of the API is in it), true to what the API renders,
+and fuzzed with schemathesis against the real app on a real database."""
+from __future__ import annotations
+
+import os
+
+import jsonschema
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from openapi_spec_validator import validate as validate_spec
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (content_type_conformance,
+                                               response_schema_conformance,
+                                               status_code_conformance)
+
+from control_plane.api.openapi import document
+from control_plane.api.views import API_PREFIX, OPENAPI_PATH
+
+from .conftest import ADMIN_TOKEN
+
+
+def test_served_without_token_and_valid(client):
+    r = client.get(OPENAPI_PATH)
+    assert r.status_code == 200
+    doc = r.get_json()
+    validate_spec(doc)
+    assert doc["openapi"].startswith("3.1")
+    assert doc == document()
+    # the rest of the API still wants the token
+    assert client.get(API_PREFIX + "/models").status_code == 401
+
+
+def test_every_route_is_documented(app):
+    doc = document()
+    missing = []
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith(API_PREFIX):
+            continue
+        path = rule.rule.replace("<int:", "<").replace("<", "{").replace(">", "}")
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            if method.lower() not in doc["paths"].get(path, {}):
+                missing.append(f"{method} {path}")
+    assert not missing
+
+
+def test_fields_match_the_validators(api):
+    """The documented body is the validated one: a field the document does not know is
+    refused, and a required one the document names is required."""
+    models = document()["components"]["schemas"]
+    assert models["ModelCreate"]["required"] == ["name"]
+    assert models["ModelCreate"]["properties"]["timeout_ms"] == {
+        "type": "integer", "minimum": 1, "maximum": 3_600_000}
+    r = api("post", "/models", json={"name": "m", "timeout_ms": 0})
+    assert r.status_code == 422 and "timeout_ms" in r.get_json()["error"]["fields"]
+    # write-only fields are accepted, never shown
+    assert "auth_header" in models["BackendCreate"]["properties"]
+    assert "auth_header" not in models["Backend"]["properties"]
+
+
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    doc = document()
+    return jsonschema.Draft202012Validator(
+        {**doc, "$ref": f"#/components/schemas/{name}"},
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+def test_what_the_api_renders_matches_the_document(api, make):
+    """Every resource, created with its optional fields set, read back as documented."""
+    model = make("model", gpu_class="A100", weight_coefficients={
+        "memory": 0.5, "success": 0.3, "latency": 0.2}, fallback_model=None)
+    plan = make("plan", burst=5, model_overrides={"m": {"burst": 2}})
+    consumer = make("consumer", plan_id=plan["id"], attributes={"tier": 2},
+                    allowed_models=["a", "b"])
+    mapping = make("mapping")
+    backend = make("backend", model_id=model["id"], auth_header="Bearer x",
+                   metrics_url="http://127.0.0.1:9400/metrics", metrics_format="vllm")
+    vendor = make("backend", model_id=model["id"], protocol="vendor",
+                  mapping_id=mapping["id"])
+    key = make("key", consumer_id=consumer["id"], expires_at="2030-01-01T00:00:00Z")
+    pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    issuer = make("jwt-issuer", pem=pem.decode())
+    policy = make("content-policy", terms=["Secret"])
+    gateway = make("gateway")
+    route = api("post", "/routes", json={"name": "r", "versions": [
+        {"model": model["name"], "conditions": {"tier": [1, 2]}},
+        {"model": model["name"], "percent": 100}]})
+    assert route.status_code == 201, route.get_json()
+    rendered = {"/models": ("Model", model), "/plans": ("Plan", plan),
+                "/consumers": ("Consumer", consumer), "/mappings": ("Mapping", mapping),
+                "/backends": ("Backend", backend), "/jwt-issuers": ("JwtIssuer", issuer),
+                "/content-policies": ("ContentPolicy", policy),
+                "/gateways": ("Gateway", gateway), "/routes": ("Route", route.get_json())}
+    for path, (name, body) in rendered.items():
+        _validator(name).validate(body)
+        _validator(name).validate(api("get", f"{path}/{body['id']}").get_json())
+        listed = api("get", path).get_json()
+        jsonschema.validate(listed, document()["paths"][API_PREFIX + path]["get"][
+            "responses"]["200"]["content"]["application/json"]["schema"] | {
+            "components": document()["components"]})
+    _validator("Backend").validate(vendor)
+    # the new key's plain text is shown once, as documented for the create answer
+    created = document()["paths"][API_PREFIX + "/keys"]["post"]["responses"]["201"]
+    jsonschema.validate(key, created["content"]["application/json"]["schema"])
+    _validator("Key").validate(api("get", f"/keys/{key['id']}").get_json())
+
+
+# ---- fuzzing -------------------------------------------------------------------------
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance]
+EXAMPLES_PER_OPERATION = int(os.environ.get("SLUICE_FUZZ_EXAMPLES", "12"))
+
+
+def _strategy(operation):
+    modes = []
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        try:
+            modes.append(operation.as_strategy(mode))
+        except Exception:   # an operation with nothing to negate has no negative mode
+            continue
+    return st.one_of(modes)
+
+
+def test_fuzz_admin_api(app):
+    """Every operation with valid and invalid input: no 5xx, and every answer
+    (status, content type, body) is as the document says."""
+    schema = schemathesis.openapi.from_wsgi(OPENAPI_PATH, app)
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    failures, operations = {}, 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+
+        @given(case=_strategy(operation))
+        @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True,
+                  database=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate])
+        def run(case):
+            case.call_and_validate(headers=headers, checks=CHECKS)
+
+        try:
+            run()
+        except Exception as exc:   # keep going: one report naming every failing operation
+            failures[operation.label] = str(exc)[:2000]
+    assert operations >= 60
+    assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
