@@ -3,7 +3,9 @@
 #   - Debian packages: nginx with the OpenResty Lua stack, PostgreSQL, wrk, venv,
 #     redis-server (the tests start their own, never the system one),
 #     and Chromium with its WebDriver for the admin UI's browser tests.
-#   - .venv with the Python dependencies of pyproject.toml (re-installed when it changes).
+#   - .venv with the Python dependencies of pyproject.toml and the Python SDK
+#     (clients/python, editable), re-installed when either pyproject.toml changes.
+#   - Node.js, whose test runner checks the JS SDK (clients/js) against a real gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +13,7 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
-  chromium chromium-driver
+  chromium chromium-driver nodejs
 )
 
 # promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
@@ -41,9 +43,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.sluice-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
+    || [ clients/python/pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test]' -e ./clients/python
   touch "$stamp"
 fi

@@ -1,0 +1,24 @@
+"""Python client for the Sluice AI inference gateway.
+
+    import sluice_client
+    sluice_client.Model("chat-demo").generate("hi")     # $SLUICE_BASE_URL, $SLUICE_API_KEY
+
+    from sluice_client import Sluice
+    client = Sluice("http://127.0.0.1:8000", "sk-...")
+    client.model("chat-demo").generate("hi", stream=True, callback=print)
+"""
+from sluice_client.client import Model, Sluice
+from sluice_client.errors import (APIConnectionError, APIStatusError, APITimeoutError,
+                                  AuthenticationError, BackendError, BadRequestError,
+                                  ContentPolicyError, GatewayTimeoutError,
+                                  InternalServerError, NotFoundError, PayloadTooLargeError,
+                                  PermissionDeniedError, RateLimitError,
+                                  ServiceUnavailableError, SluiceError)
+
+__version__ = "0.1.0"
+
+__all__ = ["Sluice", "Model", "SluiceError", "APIConnectionError", "APITimeoutError",
+           "APIStatusError", "BadRequestError", "AuthenticationError",
+           "PermissionDeniedError", "NotFoundError", "PayloadTooLargeError",
+           "RateLimitError", "ContentPolicyError", "InternalServerError", "BackendError",
+           "ServiceUnavailableError", "GatewayTimeoutError"]

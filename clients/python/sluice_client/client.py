@@ -1,0 +1,282 @@
+"""The client: one `Sluice` per gateway and key, and `Model` for one model.
+
+    client = Sluice("http://127.0.0.1:8000", "sk-...")
+    client.model("chat-demo").generate("hi")                 # "echo: hi"
+    for piece in client.model("chat-demo").generate("hi", stream=True): ...
+
+Retries: 429 and 503 answers and connection failures are tried again, up to
+`max_retries` times, after an exponential backoff with jitter — or after the answer's
+`Retry-After` when it gives one (a longer wait than `max_retry_wait` is not waited for:
+the error is raised at once). A request that reached the gateway and timed out while
+waiting for the answer is not sent again (it may have run).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any, Optional, Union
+from urllib.parse import quote
+
+import requests
+
+from sluice_client import errors
+
+log = logging.getLogger("sluice_client")
+
+RETRY_STATUSES = frozenset({429, 503})
+Timeout = Union[float, "tuple[float, float]"]
+Messages = list
+
+
+class Sluice:
+    """A connection to one gateway with one API key.
+
+    base_url and api_key default to $SLUICE_BASE_URL and $SLUICE_API_KEY.
+    timeout: seconds, or (connect, read); max_retries: tries after the first;
+    backoff: the first retry's delay, doubled each time up to max_backoff, with jitter.
+    """
+
+    def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None, *,
+                 timeout: Timeout = (10.0, 120.0), max_retries: int = 3,
+                 backoff: float = 0.5, max_backoff: float = 20.0,
+                 max_retry_wait: float = 60.0, headers: Optional[dict] = None,
+                 session: Optional[requests.Session] = None):
+        base_url = base_url or os.environ.get("SLUICE_BASE_URL")
+        api_key = api_key or os.environ.get("SLUICE_API_KEY")
+        if not base_url:
+            raise ValueError("base_url is required (or set SLUICE_BASE_URL)")
+        if not api_key:
+            raise ValueError("api_key is required (or set SLUICE_API_KEY)")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_retry_wait = max_retry_wait
+        self.headers = dict(headers or {})
+        self.session = session or requests.Session()
+
+    def __repr__(self) -> str:
+        return f"Sluice({self.base_url!r})"
+
+    def model(self, name: str) -> "Model":
+        return Model(name, client=self)
+
+    # ---- the endpoints -----------------------------------------------------------------
+
+    def chat(self, model: str, messages: Messages, *, stream: bool = False,
+             callback: Optional[Callable[[dict], Any]] = None, **params: Any) -> Any:
+        """POST /v1/chat/completions. Returns the completion (a dict); with stream=True
+        an iterator of chunks (dicts); with a callback, calls it with each chunk and
+        returns the list of chunks."""
+        body = {"model": model, "messages": list(messages), **params}
+        if not stream and callback is None:
+            return self.request("POST", "/v1/chat/completions", body)
+        body["stream"] = True
+        chunks = self._stream("/v1/chat/completions", body)
+        if callback is None:
+            return chunks
+        seen = []
+        for chunk in chunks:
+            seen.append(chunk)
+            callback(chunk)
+        return seen
+
+    def generate(self, model: str, input: Union[str, Messages], stream: bool = False,
+                 callback: Optional[Callable[[str], Any]] = None, **params: Any) -> Any:
+        """Text in, text out, through the chat endpoint. `input` is the user's message
+        (or a list of messages). Returns the answer's text; with stream=True an iterator
+        of text pieces; with a callback, calls it with each piece as it arrives and
+        returns the whole text."""
+        messages = [{"role": "user", "content": input}] if isinstance(input, str) \
+            else list(input)
+        if not stream and callback is None:
+            answer = self.chat(model, messages, **params)
+            try:
+                return answer["choices"][0]["message"]["content"]
+            except (KeyError, IndexError, TypeError):
+                raise errors.SluiceError("the answer has no choices[0].message.content",
+                                         body=answer) from None
+        pieces = _texts(self.chat(model, messages, stream=True, **params))
+        if callback is None:
+            return pieces
+        out = []
+        for piece in pieces:
+            out.append(piece)
+            callback(piece)
+        return "".join(out)
+
+    def predict(self, model: str, input: Any, **params: Any) -> Any:
+        """POST /api/v1/model/{model}/infer: any model, one input or a list of them.
+        Returns the output (a list when `input` was one)."""
+        body: dict = {"input": input}
+        if params:
+            body["params"] = params
+        answer = self.request("POST", f"/api/v1/model/{quote(model, safe='')}/infer", body)
+        return answer.get("output") if isinstance(answer, dict) else answer
+
+    def models(self) -> list:
+        """The names of the models (and routes) this key may use."""
+        answer = self.request("GET", "/v1/models")
+        return [m["id"] for m in answer.get("data", [])]
+
+    # ---- transport -----------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One call with retries; returns the decoded JSON answer or raises."""
+        resp = self._send(method, path, body, stream=False)
+        try:
+            return resp.json()
+        except ValueError:
+            raise errors.SluiceError("the answer is not JSON", code=resp.status_code,
+                                     request_id=resp.headers.get("X-Request-Id"),
+                                     body=resp.text) from None
+
+    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+        resp = self._send("POST", path, body, stream=True)   # errors raise here, eagerly
+        return _events(resp)
+
+    def _send(self, method: str, path: str, body: Any, *, stream: bool) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
+                   **self.headers}
+        if stream:
+            headers["Accept"] = "text/event-stream"
+        url = self.base_url + path
+        attempt = 0
+        while True:
+            try:
+                resp = self.session.request(method, url, json=body, headers=headers,
+                                            timeout=self.timeout, stream=stream)
+            except requests.ConnectionError as exc:   # refused, reset, connect timeout
+                error: errors.SluiceError = errors.APIConnectionError(
+                    f"cannot reach {url}: {exc.__class__.__name__}")
+                error.__cause__ = exc
+            except requests.exceptions.ReadTimeout as exc:
+                raise errors.APITimeoutError(f"no answer from {url} in time") from exc
+            else:
+                if resp.status_code < 400:
+                    return resp
+                error = _error(resp)
+                if resp.status_code not in RETRY_STATUSES:
+                    raise error
+            delay = self._delay(attempt, error.retry_after)
+            if attempt >= self.max_retries or delay is None:
+                raise error
+            attempt += 1
+            log.warning("sluice: %s; retry %d of %d in %.2f s", error, attempt,
+                        self.max_retries, delay)
+            time.sleep(delay)
+
+    def _delay(self, attempt: int, retry_after: Optional[float]) -> Optional[float]:
+        """Seconds before the next try: the server's Retry-After when it gave one (None:
+        longer than we are willing to wait), else exponential backoff with full jitter."""
+        if retry_after is not None:
+            if retry_after > self.max_retry_wait:
+                return None
+            # a little jitter on top, so callers told the same second do not stampede
+            return retry_after + random.uniform(0, min(self.backoff, 1.0))
+        ceiling = min(self.max_backoff, self.backoff * (2 ** attempt))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+class Model:
+    """One model of a gateway. Without a client, one is made from $SLUICE_BASE_URL and
+    $SLUICE_API_KEY when first needed."""
+
+    def __init__(self, name: str, client: Optional[Sluice] = None):
+        if not isinstance(name, str) or not name:
+            raise ValueError("model name must be a non-empty string")
+        self.name = name
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r})"
+
+    @property
+    def client(self) -> Sluice:
+        if self._client is None:
+            self._client = Sluice()
+        return self._client
+
+    def generate(self, input: Union[str, Messages], stream: bool = False,
+                 callback: Optional[Callable[[str], Any]] = None, **params: Any) -> Any:
+        return self.client.generate(self.name, input, stream=stream, callback=callback,
+                                    **params)
+
+    def chat(self, messages: Messages, *, stream: bool = False,
+             callback: Optional[Callable[[dict], Any]] = None, **params: Any) -> Any:
+        return self.client.chat(self.name, messages, stream=stream, callback=callback,
+                                **params)
+
+    def predict(self, input: Any, **params: Any) -> Any:
+        return self.client.predict(self.name, input, **params)
+
+    generate.__doc__ = Sluice.generate.__doc__
+    chat.__doc__ = Sluice.chat.__doc__
+    predict.__doc__ = Sluice.predict.__doc__
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+def _retry_after(resp: requests.Response) -> Optional[float]:
+    raw = resp.headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:   # an HTTP date
+        return max(0.0, parsedate_to_datetime(raw).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _error(resp: requests.Response) -> errors.APIStatusError:
+    try:
+        body: Any = resp.json()
+    except ValueError:
+        body = resp.text
+    return errors.from_response(resp.status_code, body, resp.headers, _retry_after(resp))
+
+
+def _events(resp: requests.Response) -> Iterator[dict]:
+    """The `data:` events of a server-sent-event stream, decoded, until [DONE]."""
+    request_id = resp.headers.get("X-Request-Id")
+    try:
+        if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+            # a backend that does not stream answers whole: one chunk of it
+            yield resp.json()
+            return
+        for line in resp.iter_lines(decode_unicode=False):
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            event = json.loads(data)
+            if isinstance(event, dict) and isinstance(event.get("error"), dict):
+                raise errors.from_response(int(event["error"].get("code") or 500), event,
+                                           {"X-Request-Id": request_id}, None)
+            yield event
+    except requests.exceptions.RequestException as exc:
+        raise errors.APIConnectionError(f"the stream broke: {exc.__class__.__name__}",
+                                        request_id=request_id) from exc
+    finally:
+        resp.close()
+
+
+def _texts(chunks: Iterable[dict]) -> Iterator[str]:
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            piece = (choice.get("delta") or choice.get("message") or {}).get("content")
+            if piece:
+                yield piece
