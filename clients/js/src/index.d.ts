@@ -1,0 +1,105 @@
+// Types of sluice-client (src/index.js).
+
+export interface SluiceOptions {
+  /** The gateway, e.g. "http://127.0.0.1:8000". Default: process.env.SLUICE_BASE_URL. */
+  baseURL?: string;
+  /** The API key. Default: process.env.SLUICE_API_KEY. */
+  apiKey?: string;
+  /** Milliseconds to wait for an answer's headers (default 120000). */
+  timeout?: number;
+  /** Tries after the first on 429, 503 and network failures (default 3). */
+  maxRetries?: number;
+  /** First retry's delay in ms, doubled each time up to maxBackoff (default 500). */
+  backoff?: number;
+  maxBackoff?: number;
+  /** A Retry-After longer than this (ms, default 60000) is raised at once. */
+  maxRetryWait?: number;
+  /** Added to every request (e.g. X-Request-Id). */
+  headers?: Record<string, string>;
+  fetch?: typeof globalThis.fetch;
+  onRetry?: (info: { attempt: number; delay: number; error: SluiceError }) => void;
+}
+
+export type Message = { role: string; content: string | unknown[] | null; [k: string]: unknown };
+
+export interface RequestOptions {
+  signal?: AbortSignal;
+  /** Any other field goes into the request body (max_tokens, temperature, ...). */
+  [param: string]: unknown;
+}
+
+export interface ChatCompletion {
+  id?: string;
+  object?: string;
+  model?: string;
+  choices: { index: number; message: Message; finish_reason: string | null }[];
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  [k: string]: unknown;
+}
+
+export interface ChatCompletionChunk {
+  id?: string;
+  object?: string;
+  choices: { index: number; delta: Partial<Message>; finish_reason: string | null }[];
+  usage?: ChatCompletion["usage"] | null;
+  [k: string]: unknown;
+}
+
+export class Sluice {
+  constructor(options?: SluiceOptions);
+  readonly baseURL: string;
+  model(name: string): Model;
+
+  generate(model: string, input: string | Message[], options?: RequestOptions & { stream?: false; onChunk?: undefined }): Promise<string>;
+  generate(model: string, input: string | Message[], options: RequestOptions & { stream: true; onChunk?: undefined }): AsyncIterable<string>;
+  generate(model: string, input: string | Message[], options: RequestOptions & { onChunk: (piece: string) => unknown }): Promise<string>;
+
+  chat(model: string, messages: Message[], options?: RequestOptions & { stream?: false; onChunk?: undefined }): Promise<ChatCompletion>;
+  chat(model: string, messages: Message[], options: RequestOptions & { stream: true; onChunk?: undefined }): AsyncIterable<ChatCompletionChunk>;
+  chat(model: string, messages: Message[], options: RequestOptions & { onChunk: (chunk: ChatCompletionChunk) => unknown }): Promise<ChatCompletionChunk[]>;
+
+  /** POST /api/v1/model/{model}/infer: the output (a list when input was one). */
+  predict(model: string, input: unknown, params?: Record<string, unknown>, options?: { signal?: AbortSignal }): Promise<unknown>;
+  models(): Promise<string[]>;
+  request(method: string, path: string, body?: unknown, options?: { signal?: AbortSignal }): Promise<unknown>;
+}
+
+export class Model {
+  constructor(name: string, client?: Sluice | null);
+  readonly name: string;
+  readonly client: Sluice;
+  generate(input: string | Message[], options?: RequestOptions & { stream?: false; onChunk?: undefined }): Promise<string>;
+  generate(input: string | Message[], options: RequestOptions & { stream: true; onChunk?: undefined }): AsyncIterable<string>;
+  generate(input: string | Message[], options: RequestOptions & { onChunk: (piece: string) => unknown }): Promise<string>;
+  chat(messages: Message[], options?: RequestOptions & { stream?: false; onChunk?: undefined }): Promise<ChatCompletion>;
+  chat(messages: Message[], options: RequestOptions & { stream: true; onChunk?: undefined }): AsyncIterable<ChatCompletionChunk>;
+  chat(messages: Message[], options: RequestOptions & { onChunk: (chunk: ChatCompletionChunk) => unknown }): Promise<ChatCompletionChunk[]>;
+  predict(input: unknown, params?: Record<string, unknown>, options?: { signal?: AbortSignal }): Promise<unknown>;
+}
+
+export class SluiceError extends Error {
+  /** The HTTP status; null when no answer came. */
+  code: number | null;
+  /** The error template's type, e.g. "rate_limited". */
+  type: string | null;
+  requestId: string | null;
+  /** Seconds, from Retry-After or the body's retry_after. */
+  retryAfter: number | null;
+  body: unknown;
+}
+export class APIConnectionError extends SluiceError {}
+export class APITimeoutError extends APIConnectionError {}
+export class APIStatusError extends SluiceError {}
+export class BadRequestError extends APIStatusError {}
+export class AuthenticationError extends APIStatusError {}
+export class PermissionDeniedError extends APIStatusError {}
+export class NotFoundError extends APIStatusError {}
+export class PayloadTooLargeError extends APIStatusError {}
+export class RateLimitError extends APIStatusError {}
+export class ContentPolicyError extends APIStatusError {}
+export class InternalServerError extends APIStatusError {}
+export class BackendError extends APIStatusError {}
+export class ServiceUnavailableError extends APIStatusError {}
+export class GatewayTimeoutError extends APIStatusError {}
+
+export default Sluice;

@@ -1,0 +1,40 @@
+"""The JS SDK (clients/js, npm package sluice-client): Node's own test runner runs
+clients/js/test/ against a real gateway with the demo backends started here."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+JS = REPO / "clients" / "js"
+PLAN_KEY = "sk-test-js-planned-0123456789abcdef"   # consumer 3: one request per 2 s
+
+
+def test_js_client_against_the_gateway(gateway_factory, helpers, backends, dead_port):
+    node = shutil.which("node")
+    assert node, "node is missing: scripts/setup.sh installs the nodejs package"
+    snap = helpers.make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
+        "predict-demo": (5000, [backends["predict-a"].entry(2)]),
+    })
+    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
+                              "plan_id": 7}
+    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
+                                                "prefix": PLAN_KEY[:10], "expires_at": None}
+    snap["plans"] = {"7": {"id": 7, "name": "tiny", "rate_per_second": 0.5, "burst": 1}}
+    gw = gateway_factory()
+    r = gw.push(snap)
+    assert r.status_code == 200, r.text
+
+    env = {**os.environ, "SLUICE_BASE_URL": gw.url, "SLUICE_API_KEY": helpers.KEY,
+           "SLUICE_TEST_PLAN_KEY": PLAN_KEY,
+           "SLUICE_TEST_DEAD_URL": f"http://127.0.0.1:{dead_port}"}
+    tests = sorted(str(p) for p in (JS / "test").glob("*.test.js"))
+    assert tests
+    done = subprocess.run([node, "--test", *tests], cwd=JS, env=env, capture_output=True,
+                          text=True, timeout=120)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "# fail 0" in done.stdout
