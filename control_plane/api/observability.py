@@ -22,8 +22,8 @@ ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 DEFAULT_STATS_WINDOW = timedelta(hours=1)
 
 
-@described({"type": "string", "description": "ISO 8601 (UTC when no offset is given) "
-            "or Unix seconds", "examples": ["2026-11-29T17:00:00Z", "1795000000"]})
+@described({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}],
+            "description": "ISO 8601 (UTC when no offset is given) or Unix seconds"})
 def parse_time(raw: str) -> datetime:
     """ISO 8601 (UTC when no offset is given) or Unix seconds."""
     try:
@@ -36,7 +36,13 @@ def parse_time(raw: str) -> datetime:
         t = datetime.fromisoformat(raw)
     except ValueError:
         raise ValueError("must be ISO 8601 (2026-11-29T17:00:00Z) or Unix seconds") from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    if t.tzinfo is None:
+        return t.replace(tzinfo=timezone.utc)
+    try:
+        # in UTC: PostgreSQL refuses offsets past 15:59 that Python takes (up to 23:59)
+        return t.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("is out of range") from None
 
 
 def _int_in(lo: int, hi: int):
@@ -52,10 +58,11 @@ def _int_in(lo: int, hi: int):
     return parse
 
 
-@described({"type": "string", "minLength": 1, "maxLength": 256})
+@described({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^\\x00]+$"})
 def _text(raw: str) -> str:
-    if not raw or len(raw) > 256:
-        raise ValueError("must be 1 to 256 characters")
+    # PostgreSQL takes no NUL in a string parameter: a 422 here, not a 500 there
+    if not raw or len(raw) > 256 or "\x00" in raw:
+        raise ValueError("must be 1 to 256 characters, none of them NUL")
     return raw
 
 
@@ -102,7 +109,11 @@ STATS_PARAMS = {"since": parse_time, "until": parse_time}
 def logs_stats() -> Response:
     args = query_args(STATS_PARAMS)
     until = args.get("until") or datetime.now(timezone.utc)
-    since = args.get("since") or until - DEFAULT_STATS_WINDOW
+    try:
+        since = args.get("since") or until - DEFAULT_STATS_WINDOW
+    except OverflowError:
+        raise ValidationError({"until": "is too early for a window of an hour"},
+                              "invalid query parameters") from None
     if since >= until:
         raise ValidationError({"since": "must be before until"}, "invalid query parameters")
     return jsonify({"since": since.isoformat(), "until": until.isoformat(),

@@ -260,7 +260,13 @@ def timestamp(value: Any) -> datetime:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
             raise ValueError(message) from None
-        return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+        if dt.tzinfo is None:
+            return dt.replace(tzinfo=timezone.utc)
+        try:
+            # in UTC: PostgreSQL refuses offsets past 15:59 that Python takes
+            return dt.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError(message) from None
     raise ValueError(message)
 
 

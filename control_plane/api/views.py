@@ -108,7 +108,11 @@ def query_filters(names: tuple[str, ...]) -> dict[str, int]:
         if raw is None:
             continue
         try:
-            filters[name] = identifier(int(raw))
+            value: Any = int(raw)
+        except ValueError:
+            value = raw     # identifier() refuses it, saying what it wants
+        try:
+            filters[name] = identifier(value)
         except ValueError as exc:
             errors[name] = str(exc)
     if errors:

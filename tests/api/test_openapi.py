@@ -110,6 +110,28 @@ def test_what_the_api_renders_matches_the_document(api, make):
     _validator("Key").validate(api("get", f"/keys/{key['id']}").get_json())
 
 
+def test_what_the_fuzzer_found_is_a_4xx(api, make):
+    """Inputs the fuzzer (or a probe after it) turned into 500s: PostgreSQL holds no NUL
+    character and no UTC offset past 15:59, and an hour before year 1 does not exist."""
+    r = api("post", "/content-policies", json={"name": "p", "terms": ["a\x00b"]})
+    assert r.status_code == 400 and "NUL" in r.get_json()["error"]["message"]
+    r = api("post", "/models", json={"name": "m", "fallback_model": None, "x\x00": 1})
+    assert r.status_code == 400
+    for path, field in (("/logs?model=a%00b", "model"), ("/audit?actor=%00", "actor"),
+                        ("/usage?model=%00", "model"), ("/logs?request_id=%00", "request_id"),
+                        ("/logs/stats?until=0001-01-01T00:30:00Z", "until"),
+                        ("/backends?model_id=%00", "model_id")):
+        r = api("get", path)
+        assert r.status_code == 422, (path, r.get_json())
+        assert field in r.get_json()["error"]["fields"]
+    assert "int()" not in api("get", "/backends?model_id=x").get_json()["error"]["fields"][
+        "model_id"]
+    r = api("get", "/logs?until=9868-09-04T17%3A14%3A49%2B19%3A40")
+    assert r.status_code == 200
+    key = make("key", expires_at="2030-01-01T00:00:00+19:40")
+    assert key["expires_at"] == "2029-12-31T04:20:00Z"
+
+
 # ---- fuzzing -------------------------------------------------------------------------
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
