@@ -83,22 +83,38 @@ def json_body() -> Any:
         raise ApiError(400, "request body must be a JSON object")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, f"request body is nested deeper than {MAX_JSON_DEPTH} levels") \
+            from None
     except ValueError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-    if _has_nul(data):
-        # PostgreSQL stores no NUL in text or JSONB: refuse it here, not with a 500
-        raise ApiError(400, "request body must not contain NUL characters (\\u0000)")
+    problem = _unstorable(data)
+    if problem:
+        raise ApiError(400, "request body " + problem)
     return data
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+MAX_JSON_DEPTH = 64
+
+
+def _unstorable(data: Any) -> str | None:
+    """What PostgreSQL (and the snapshot's JSON) could not take, found without
+    recursion: a NUL character in a string, or nesting deeper than MAX_JSON_DEPTH."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return "must not contain NUL characters (\\u0000)"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(k, str) and "\x00" in k:
+                    return "must not contain NUL characters (\\u0000)"
+                stack.append((v, depth + 1))
+    return None
 
 
 def query_filters(names: tuple[str, ...]) -> dict[str, int]:

@@ -112,11 +112,20 @@ def test_what_the_api_renders_matches_the_document(api, make):
 
 def test_what_the_fuzzer_found_is_a_4xx(api, make):
     """Inputs the fuzzer (or a probe after it) turned into 500s: PostgreSQL holds no NUL
-    character and no UTC offset past 15:59, and an hour before year 1 does not exist."""
+    character and no UTC offset past 15:59, an hour before year 1 does not exist, and
+    deep nesting broke the recursion limit."""
     r = api("post", "/content-policies", json={"name": "p", "terms": ["a\x00b"]})
     assert r.status_code == 400 and "NUL" in r.get_json()["error"]["message"]
     r = api("post", "/models", json={"name": "m", "fallback_model": None, "x\x00": 1})
     assert r.status_code == 400
+    # nesting Python's recursion limit (or psycopg2's encoder) would choke on
+    for depth in (900, 100_000):
+        body = '{"name": "c", "attributes": ' + '{"a":' * depth + "1" + "}" * depth + "}"
+        r = api("post", "/consumers", data=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "nested" in r.get_json()["error"]["message"]
+    r = api("post", "/mappings", json={"name": "v", "path": "/g", "request": {"a": [[{"b": 1}]]},
+                                       "response": {"output": "/a"}})
+    assert r.status_code == 201
     for path, field in (("/logs?model=a%00b", "model"), ("/audit?actor=%00", "actor"),
                         ("/usage?model=%00", "model"), ("/logs?request_id=%00", "request_id"),
                         ("/logs/stats?until=0001-01-01T00:30:00Z", "until"),
