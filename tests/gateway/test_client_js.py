@@ -18,6 +18,7 @@ def test_js_client_against_the_gateway(gateway_factory, helpers, backends, dead_
     snap = helpers.make_snapshot(1, {
         "chat-demo": (5000, [backends["openai-a"].entry(1)]),
         "predict-demo": (5000, [backends["predict-a"].entry(2)]),
+        "empty-demo": (5000, []),               # no backend: 503 backend_unavailable
     })
     snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
                               "plan_id": 7}

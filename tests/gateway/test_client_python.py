@@ -8,7 +8,8 @@ import time
 import pytest
 import sluice_client
 from sluice_client import (APIConnectionError, APITimeoutError, NotFoundError,
-                           PermissionDeniedError, RateLimitError, Sluice)
+                           PermissionDeniedError, RateLimitError,
+                           ServiceUnavailableError, Sluice)
 
 from control_plane.demo.protocols import prediction
 
@@ -19,6 +20,7 @@ def planned_snapshot(helpers, backends, plan: dict) -> dict:
     snap = helpers.make_snapshot(1, {
         "chat-demo": (5000, [backends["openai-a"].entry(1)]),
         "predict-demo": (5000, [backends["predict-a"].entry(2)]),
+        "empty-demo": (5000, []),               # no backend: 503 backend_unavailable
     })
     snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
                               "plan_id": 7}
@@ -127,6 +129,19 @@ def test_a_long_retry_after_is_not_waited_for(gateway_factory, helpers, backends
         client.model("chat-demo").generate("second")
     assert caught.value.retry_after > 10
     assert time.monotonic() - started < 5
+
+
+def test_503_is_retried_with_backoff_then_raised(gateway_factory, helpers, backends,
+                                                  caplog):
+    gw = gateway_factory()
+    r = gw.push(planned_snapshot(helpers, backends, {"rate_per_second": 100}))
+    assert r.status_code == 200, r.text
+    caplog.set_level(logging.WARNING, logger="sluice_client")
+    client = Sluice(gw.url, helpers.KEY, max_retries=2, backoff=0.05)
+    with pytest.raises(ServiceUnavailableError) as caught:
+        client.model("empty-demo").generate("hi")
+    assert caught.value.code == 503 and caught.value.request_id
+    assert len(retries(caplog)) == 2, retries(caplog)
 
 
 def test_connection_errors_are_retried_then_raised(dead_port, caplog):

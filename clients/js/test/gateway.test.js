@@ -8,7 +8,7 @@ import { test } from "node:test";
 
 import {
   APIConnectionError, APITimeoutError, Model, NotFoundError, PermissionDeniedError,
-  RateLimitError, Sluice, SluiceError,
+  RateLimitError, ServiceUnavailableError, Sluice, SluiceError,
 } from "../src/index.js";
 
 const env = process.env;
@@ -107,6 +107,15 @@ test("429 is retried after Retry-After, once the bucket refills", async () => {
   assert.ok(Date.now() - started >= 1000, "it waited for the bucket");
   assert.ok(retries.length >= 1 && retries.length <= 2, JSON.stringify(retries));
   assert.ok(retries.every((r) => r.error instanceof RateLimitError && r.delay >= 1000));
+});
+
+test("503 is retried with backoff, then raised", async () => {
+  const retries = [];
+  const client = new Sluice({ baseURL: env.SLUICE_BASE_URL, apiKey: env.SLUICE_API_KEY,
+    maxRetries: 2, backoff: 20, onRetry: (info) => retries.push(info) });
+  await assert.rejects(client.model("empty-demo").generate("hi"),
+    (e) => e instanceof ServiceUnavailableError && e.code === 503 && !!e.requestId);
+  assert.equal(retries.length, 2);
 });
 
 test("connection errors are retried, then raised", async () => {
