@@ -10,6 +10,7 @@ schemathesis against it.
 """
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -17,7 +18,7 @@ from flask import Response, jsonify
 
 from control_plane.api import observability, telemetry, usage
 from control_plane.api.errors import ERROR_TYPES
-from control_plane.api.validation import Field, Parser, accepts, returns
+from control_plane.api.validation import Field, Parser, accepts, identifier, returns
 from control_plane.api.views import API_PREFIX, OPENAPI_PATH, RESOURCES, CrudResource, bp
 from control_plane.services import scrapes
 from control_plane.services import telemetry as telemetry_service
@@ -102,6 +103,7 @@ def _json_request(schema: dict[str, Any]) -> dict[str, Any]:
 def _crud(res: CrudResource, components: dict[str, Any]) -> dict[str, Any]:
     tag = res.path.strip("/")
     name = type(res.schema).__name__.removesuffix("Schema")     # ModelSchema: Model
+    one_id = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()       # JwtIssuer: jwt_issuer
     ref = {"$ref": f"#/components/schemas/{name}"}
     components[name] = _shown(res)
     components[name + "Create"] = _body(res.schema.create, partial=False)
@@ -113,28 +115,27 @@ def _crud(res: CrudResource, components: dict[str, Any]) -> dict[str, Any]:
         created["required"] = sorted(created["properties"])
     listing = {"type": "object", "required": ["items"], "additionalProperties": False,
                "properties": {"items": {"type": "array", "items": ref}}}
-    filters = [{"name": f, "in": "query", "required": False,
-                "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}
+    filters = [{"name": f, "in": "query", "required": False, "schema": accepts(identifier)}
                for f in res.filters]
     base, one = API_PREFIX + res.path, API_PREFIX + res.path + "/{id}"
     return {
         base: {
-            "get": {"tags": [tag], "operationId": f"list_{name}", "parameters": filters,
+            "get": {"tags": [tag], "operationId": f"list_{tag.replace('-', '_')}", "parameters": filters,
                     "responses": _responses(200, listing, 422)},
-            "post": {"tags": [tag], "operationId": f"create_{name}",
+            "post": {"tags": [tag], "operationId": f"create_{one_id}",
                      "requestBody": _json_request(
                          {"$ref": f"#/components/schemas/{name}Create"}),
                      "responses": _responses(201, created, 404, 409, 422)},
         },
         one: {
             "parameters": [_ID_PARAM],
-            "get": {"tags": [tag], "operationId": f"get_{name}",
+            "get": {"tags": [tag], "operationId": f"get_{one_id}",
                     "responses": _responses(200, ref, 404)},
-            "patch": {"tags": [tag], "operationId": f"update_{name}",
+            "patch": {"tags": [tag], "operationId": f"update_{one_id}",
                       "requestBody": _json_request(
                           {"$ref": f"#/components/schemas/{name}Update"}),
                       "responses": _responses(200, ref, 404, 409, 422)},
-            "delete": {"tags": [tag], "operationId": f"delete_{name}",
+            "delete": {"tags": [tag], "operationId": f"delete_{one_id}",
                        "responses": _responses(204, None, 404, 409)},
         },
     }

@@ -50,8 +50,9 @@ test("streaming as an async iterator", async () => {
   assert.ok(pieces.length > 1, JSON.stringify(pieces));
   assert.equal(pieces.join(""), "echo: one two three");
   const chunks = [];
-  for await (const chunk of sluice.model("chat-demo").chat(
-    [{ role: "user", content: "x y" }], { stream: true, stream_options: { include_usage: true } })) {
+  const messages = [{ role: "user", content: "x y" }];
+  const options = { stream: true, stream_options: { include_usage: true } };
+  for await (const chunk of sluice.model("chat-demo").chat(messages, options)) {
     chunks.push(chunk);
   }
   assert.equal(chunks.at(-1).usage.completion_tokens, 3);
