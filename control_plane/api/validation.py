@@ -166,9 +166,12 @@ def object_of(fields: Mapping[str, Parser], max_keys: int = 256) -> Parser:
     return parse
 
 
-def http_url(*, allow_path: bool) -> Parser:
-    """An http:// URL with a hostname or IPv4 address, optional port and base path."""
-    shape = "http://host:port[/base]" if allow_path else "http://host:port"
+def http_url(*, allow_path: bool, https: bool = False) -> Parser:
+    """An http:// URL (https:// too when `https`) with a hostname or IPv4 address,
+    optional port and base path."""
+    scheme_shape = "http[s]" if https else "http"
+    shape = f"{scheme_shape}://host:port[/base]" if allow_path else f"{scheme_shape}://host:port"
+    schemes = ("http", "https") if https else ("http",)
 
     def parse(value: Any) -> str:
         message = f"must be a URL of the form {shape}"
@@ -180,7 +183,7 @@ def http_url(*, allow_path: bool) -> Parser:
         except ValueError:
             raise ValueError(message) from None
         host = parts.hostname or ""
-        if (parts.scheme != "http" or not _HOST_RE.match(host) or parts.username
+        if (parts.scheme not in schemes or not _HOST_RE.match(host) or parts.username
                 or parts.password or parts.query or parts.fragment or "#" in value
                 or "?" in value or port == 0):
             raise ValueError(message)
@@ -188,8 +191,15 @@ def http_url(*, allow_path: bool) -> Parser:
         if path and not allow_path:
             raise ValueError(message)
         netloc = host.lower() + (f":{port}" if port else "")
-        return f"http://{netloc}{path}"
+        return f"{parts.scheme}://{netloc}{path}"
     return parse
+
+
+def hostname(value: Any) -> str:
+    """A DNS name (or IPv4 address) as TLS verifies it and SNI sends it."""
+    if not isinstance(value, str) or len(value) > 253 or not _HOST_RE.match(value):
+        raise ValueError("must be a host name such as api.example.com")
+    return value.lower().rstrip(".")
 
 
 def timestamp(value: Any) -> datetime:

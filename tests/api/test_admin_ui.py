@@ -119,7 +119,7 @@ def test_form_shows_each_field_error_and_keeps_what_was_typed(ui, api):
     assert resp.status_code == 422
     html = resp.get_data(as_text=True)
     assert "Name must be 1-128 characters" in html
-    assert "URL must be a URL of the form http://host:port[/base]" in html
+    assert "URL must be a URL of the form http[s]://host:port[/base]" in html
     assert "Weight must be a whole number" in html
     assert "Model is required" in html
     assert html.count('class="field-error"') == 4  # protocol "openai" was fine
