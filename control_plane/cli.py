@@ -78,6 +78,7 @@ def _gateway(args: argparse.Namespace) -> int:
             if gw.proc is None or gw.proc.poll() is not None:
                 print("sluice gateway: nginx exited", file=sys.stderr)
                 return 1
+            gw.sync_trust()   # a pushed snapshot with a new backend CA: reload
         return 0
     finally:
         gw.stop()

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import requests
 
-from control_plane.runtime import procs
+from control_plane.backend_tls import SYSTEM_CA_FILE
+from control_plane.runtime import backend_trust, procs
 from control_plane.settings import parse_redis_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,6 +150,7 @@ def render(cfg: GatewayConfig) -> str:
         "client_max_body_size": cfg.client_max_body_size,
         "redis": redis,
         "resolver_directive": resolver,
+        "system_ca_file": SYSTEM_CA_FILE,
     }
 
     def fill(m: re.Match) -> str:
@@ -179,6 +181,7 @@ class Gateway:
         self.cfg = cfg
         self.prefix = Path(cfg.prefix).resolve()
         self.proc: subprocess.Popen | None = None
+        self._lkg_seen: int | None = None   # sync_trust: the lkg file's mtime last read
 
     @property
     def url(self) -> str:
@@ -213,6 +216,9 @@ class Gateway:
             os.chown(lkg, pwd.getpwnam(WORKER_USER).pw_uid, grp.getgrnam(WORKER_GROUP).gr_gid)
             os.chmod(lkg, 0o700)
         text = render(self.cfg)
+        # the TLS locations of the https backends the last-known-good snapshot has
+        backend_trust.write(self.conf_path.parent,
+                            backend_trust.needed(backend_trust.read_lkg(self.lkg_path)))
         tmp = self.conf_path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -286,10 +292,41 @@ class Gateway:
             # finish in-flight requests (a long SSE stream), which is fine.
             if len(self._worker_pids() - old) >= self.cfg.workers:
                 self._wait_serving()
+                self._wait_retired(old, deadline)
                 return
             time.sleep(0.05)
         raise TimeoutError(f"nginx workers did not turn over within {timeout}s\n"
                            f"{self.tail_error_log()}")
+
+    @staticmethod
+    def _wait_retired(old: set[int], deadline: float) -> None:
+        """Until the old workers stopped taking new connections: gone, or renamed
+        "worker process is shutting down" (they may finish a long stream)."""
+        def taking(pid: int) -> bool:
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                return False
+            return b"shutting down" not in title and b"worker process" in title
+        while any(taking(pid) for pid in old) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def sync_trust(self) -> bool:
+        """Reload when the served snapshot needs a backend CA the config lacks (or
+        holds one no longer needed); True when it reloaded. Cheap when nothing
+        changed: `sluice gateway` calls it twice a second, push() after each push."""
+        try:
+            mtime = self.lkg_path.stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self._lkg_seen:
+            return False
+        self._lkg_seen = mtime
+        want = set(backend_trust.needed(backend_trust.read_lkg(self.lkg_path)))
+        if want == backend_trust.rendered(self.conf_path.parent):
+            return False
+        self.reload()
+        return True
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (QUIT), then TERM/KILL; nothing is left running."""
@@ -299,9 +336,13 @@ class Gateway:
         self.proc = None
 
     def push(self, snapshot: dict) -> requests.Response:
-        """POST a snapshot to the internal listener."""
-        return requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
-                             headers=self._headers(), timeout=10)
+        """POST a snapshot to the internal listener; reload first when it brings a
+        backend CA this config has no TLS location for (sync_trust)."""
+        r = requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
+                          headers=self._headers(), timeout=10)
+        if r.status_code == 200:
+            self.sync_trust()
+        return r
 
     def snapshot_status(self) -> dict:
         r = requests.get(self.internal_url + "/internal/snapshot", headers=self._headers(),
