@@ -15,6 +15,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from cryptography import x509
@@ -96,6 +97,19 @@ class BackendTLS:
         return cls(server_name=tls["server_name"], verify=tls.get("verify", True),
                    ca=tls.get("ca"), client_cert=tls.get("client_cert"),
                    client_key=tls.get("client_key"))
+
+    @classmethod
+    def for_url(cls, url: str, *, verify: bool = True, ca: str | None = None,
+                server_name: str | None = None, client_cert: str | None = None,
+                client_key: str | None = None) -> BackendTLS | None:
+        """From a backend's columns, for `url` (its own or its metrics_url); None
+        for http://. The server name defaults to the URL's host."""
+        parts = urlsplit(url)
+        if parts.scheme != "https":
+            return None
+        return cls(server_name=server_name or parts.hostname or "", verify=verify,
+                   ca=ca if verify else None, client_cert=client_cert,
+                   client_key=client_key)
 
     def __repr__(self) -> str:   # never the key, not even in a traceback
         return (f"BackendTLS(server_name={self.server_name!r}, verify={self.verify}, "
