@@ -199,11 +199,11 @@ class Backends(Resource[Backend]):
 
     @staticmethod
     def _tls(url: str, tls: Mapping[str, Any], changed: Mapping[str, Any]) -> None:
-        """TLS settings only on https:// backends; a client certificate comes with
-        its key. `tls` holds the values after the change, `changed` what the request
-        set (the field a problem is reported on)."""
-        set_fields = [f for f in TLS_FIELDS
-                      if tls.get(f) is not None and not (f == "tls_verify" and tls[f])]
+        """TLS settings only on https:// backends (tls_verify alone is let be: a form's
+        checkbox always sends it, and it means nothing over http); a client
+        certificate comes with its key. `tls` holds the values after the change,
+        `changed` what the request set (the field a problem is reported on)."""
+        set_fields = [f for f in TLS_FIELDS if f != "tls_verify" and tls.get(f) is not None]
         if not url.startswith("https://") and set_fields:
             field = next((f for f in set_fields if f in changed), "url")
             raise Invalid({field: "applies to https:// backends only"

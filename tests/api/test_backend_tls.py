@@ -130,8 +130,9 @@ def test_tls_settings_only_on_https_backends(api, make, ca, client_pair):
     base = {"name": "x", "model_id": model["id"], "protocol": "openai"}
     r = api("post", "/backends", json={**base, "url": "http://h:1", "tls_ca": ca.pem})
     assert _fields(r) == {"tls_ca": "applies to https:// backends only"}
-    r = api("post", "/backends", json={**base, "url": "http://h:1", "tls_verify": False})
-    assert _fields(r) == {"tls_verify": "applies to https:// backends only"}
+    r = api("post", "/backends", json={**base, "url": "http://h:1",
+                                        "tls_server_name": "h.example"})
+    assert _fields(r) == {"tls_server_name": "applies to https:// backends only"}
 
     b = make("backend", url="https://h:1", tls_ca=ca.pem)
     r = api("patch", f"/backends/{b['id']}", json={"url": "http://h:1"})
