@@ -266,6 +266,7 @@ def main(workers: int = 2) -> int:
         print(_banner(info), flush=True)
         while not stop.wait(0.5):
             stack.check_children()
+            stack.gateway.sync_trust()   # a pushed backend CA: reload (runtime/gateway.py)
         print("sluice up: stopping", flush=True)
         return 0
     except (RuntimeError, AdminError, TimeoutError, SettingsError) as exc:

@@ -13,7 +13,6 @@ import requests
 from control_plane.backend_tls import trust_id
 from gateway_readings import scrape, value
 from tlsutil import CA, self_signed, tls_backend
-from waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -215,13 +214,22 @@ def test_keepalive_connections_are_reused_per_tls_backend(gateway, helpers, ca, 
     assert b.connections <= 2 * gateway.cfg.workers
 
 
-def test_a_new_ca_reloads_the_gateway_and_an_unchanged_set_does_not(gateway, helpers, ca,
-                                                                    start):
+def test_a_new_ca_is_served_after_the_reload_it_causes(gateway, helpers, ca, start):
     srv = start(ca.issue("reload", ["localhost"]))
-    serve(gateway, helpers, entry(1, srv, ca=ca.pem))
-    conf = (gateway.prefix / "conf" / "backend_tls.trust").read_text().split()
-    assert trust_id(True, ca.pem) in conf
-    assert gateway.sync_trust() is False   # same CAs: nothing to do
-    serve(gateway, helpers, entry(1, srv, ca=ca.pem, weight=50), version=2)
+    # pushed as the controller pushes (not through Gateway.push, which syncs itself)
+    snap = helpers.make_snapshot(1, {"chat-tls": (5000, [entry(1, srv, ca=ca.pem)])})
+    r = requests.post(gateway.internal_url + "/internal/snapshot", json=snap, timeout=10,
+                      headers={"Authorization": f"Bearer {gateway.cfg.token}"})
+    assert r.status_code == 200, r.text
+    # until the reload, the backend is left out of its pool: a clear 503, not a 502
+    helpers.assert_error(helpers.chat(gateway, "chat-tls"), 503, "backend_unavailable")
+    assert gateway.sync_trust() is True      # what `sluice gateway` does twice a second
+    assert trust_id(True, ca.pem) in \
+        (gateway.prefix / "conf" / "backend_tls.trust").read_text().split()
     assert helpers.chat(gateway, "chat-tls").status_code == 200
-    eventually(lambda: gateway.served_version() == 2, 5)
+
+    # the same CA set again: no reload
+    serve(gateway, helpers, entry(1, srv, ca=ca.pem, weight=50), version=2)
+    assert gateway.sync_trust() is False
+    assert helpers.chat(gateway, "chat-tls").status_code == 200
+    assert srv.requests_seen == 2
