@@ -233,3 +233,24 @@ def test_a_new_ca_is_served_after_the_reload_it_causes(gateway, helpers, ca, sta
     assert gateway.sync_trust() is False
     assert helpers.chat(gateway, "chat-tls").status_code == 200
     assert srv.requests_seen == 2
+
+
+def test_timeout_falls_back_from_one_tls_backend_to_another(gateway, helpers, ca, other_ca,
+                                                            start):
+    # location / -> the slow backend's CA location -> 504 -> @sluice_fallback -> the
+    # fallback's own CA location with a client certificate
+    slow = start(ca.issue("slow", ["localhost"]), name="slow", latency_ms=3000)
+    fast = start(other_ca.issue("fast", ["localhost"]), name="fast", client_ca=other_ca)
+    snap = helpers.make_snapshot(1, {
+        "precise": (300, [entry(1, slow, ca=ca.pem)]),
+        "quick": (5000, [entry(2, fast, ca=other_ca.pem,
+                               client=other_ca.issue("gw-fb", client=True))]),
+    })
+    snap["models"]["precise"]["fallback_model"] = "quick"
+    r = gateway.push(snap)
+    assert r.status_code == 200, r.text
+    r = helpers.chat(gateway, "precise")
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Sluice-Fallback"] == "quick"
+    assert r.json()["choices"][0]["message"]["content"] == "echo: hello there"
+    assert fast.requests_seen == 1
