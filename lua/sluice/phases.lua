@@ -258,7 +258,10 @@ function _M.error_page()
     fallback.try(status)   -- a 504 with a fallback model does not come back
     policy.failed()
     local err_type, msg
-    local tls_failure = status == 502 and upstream_tls.handshake_failure()
+    -- no answer from an https backend: was it the handshake? (reads nginx's log;
+    -- an answer first, so an older line about this connection cannot be taken)
+    local tls_failure = status == 502 and not backend_answered()
+                        and upstream_tls.handshake_failure()
     if tls_failure then
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure

@@ -254,3 +254,24 @@ def test_timeout_falls_back_from_one_tls_backend_to_another(gateway, helpers, ca
     assert r.headers["X-Sluice-Fallback"] == "quick"
     assert r.json()["choices"][0]["message"]["content"] == "echo: hello there"
     assert fast.requests_seen == 1
+
+
+def test_a_backends_own_502_is_not_taken_for_a_tls_failure(gateway, helpers, ca, start):
+    bad = start(ca.issue("bad-name", ["wrong.example"]))
+    good = start(ca.issue("answers", ["localhost"]))
+    r = gateway.push(helpers.make_snapshot(1, {
+        "bad": (5000, [entry(1, bad, ca=ca.pem)]),
+        "good": (5000, [entry(2, good, ca=ca.pem)]),
+    }))
+    assert r.status_code == 200, r.text
+    # one client connection: first a refused handshake, then a backend that says 502
+    with requests.Session() as s:
+        h = {"Authorization": f"Bearer {helpers.KEY}"}
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        r = s.post(gateway.url + "/v1/chat/completions", json={**body, "model": "bad"},
+                   headers=h, timeout=10)
+        refused_for_tls(r, helpers)
+        r = s.post(gateway.url + "/v1/chat/completions", json={**body, "model": "good"},
+                   headers={**h, "X-Demo-Status": "502"}, timeout=10)
+    helpers.assert_error(r, 502, "backend_error")
+    assert good.requests_seen == 1
