@@ -9,6 +9,8 @@ local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
 local routes = require("sluice.routes")
 local admission = require("sluice.admission")
+local x509 = require("openssl.x509")
+local pkey = require("openssl.pkey")
 
 local re_find = ngx.re.find
 local type = type
@@ -69,9 +71,23 @@ local function validate_tls(t, where)
     if (t.client_cert == nil) ~= (t.client_key == nil) then
         return where .. ".client_key: client_cert and client_key come together"
     end
-    if t.client_cert ~= nil and not (is_pem(t.client_cert, "CERTIFICATE")
-                                     and is_pem(t.client_key, "")) then
-        return where .. ".client_cert: must be PEM certificate and key"
+    if t.client_cert ~= nil then
+        -- nginx 1.22 writes a data: key it cannot use into its error log, whole: a
+        -- pair that would not load is refused here, naming the field, never the PEM
+        local ok, cert = pcall(x509.new, t.client_cert, "PEM")
+        if not ok or type(t.client_cert) ~= "string" then
+            return where .. ".client_cert: must be a PEM certificate"
+        end
+        local kok, key = pcall(pkey.new, t.client_key, "PEM")
+        if not kok or type(t.client_key) ~= "string" or not is_pem(t.client_key, "") then
+            return where .. ".client_key: must be an unencrypted PEM private key"
+        end
+        if cert:getPublicKey():toPEM("public") ~= key:toPEM("public") then
+            return where .. ".client_key: is not the key of client_cert"
+        end
+    end
+    if t.ca ~= nil and not (is_pem(t.ca, "CERTIFICATE") and pcall(x509.new, t.ca, "PEM")) then
+        return where .. ".ca: must be PEM certificates"
     end
     return nil
 end

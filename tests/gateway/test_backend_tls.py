@@ -275,3 +275,18 @@ def test_a_backends_own_502_is_not_taken_for_a_tls_failure(gateway, helpers, ca,
                    headers={**h, "X-Demo-Status": "502"}, timeout=10)
     helpers.assert_error(r, 502, "backend_error")
     assert good.requests_seen == 1
+
+
+def test_a_client_pair_that_would_not_load_is_refused_at_the_push(gateway, helpers, ca,
+                                                                  start):
+    # nginx would write such a key into its error log: the gateway refuses it first
+    srv = start(ca.issue("pair", ["localhost"]), client_ca=ca)
+    mine, other = ca.issue("mine", client=True), ca.issue("other", client=True)
+    b = entry(1, srv, ca=ca.pem, client=mine)
+    b["tls"]["client_key"] = other.key_pem
+    r = gateway.push(helpers.make_snapshot(1, {"chat-tls": (5000, [b])}))
+    assert r.status_code == 400
+    assert "client_key: is not the key of client_cert" in r.text
+    assert "PRIVATE" not in r.text
+    helpers.chat(gateway, "chat-tls")
+    assert "PRIVATE KEY" not in gateway.error_log.read_text()
