@@ -75,6 +75,17 @@ class Settings:
     breaker_cooldown_s: float = 30.0
     breaker_probes: int = 1
 
+    # `sluice up` restarts a child that died after `restart_backoff` seconds, doubling
+    # with each death in a row up to `restart_backoff_max`; a child that stayed up
+    # `restart_reset_after` seconds starts over at `restart_backoff`.
+    restart_backoff: float = 1.0
+    restart_backoff_max: float = 30.0
+    restart_reset_after: float = 30.0
+    # The admin API's connections: how long to wait for PostgreSQL to accept one
+    # before answering 503 database_unavailable (and /readyz 503); whole seconds,
+    # libpq's minimum is 2.
+    db_connect_timeout: int = 3
+
     # Admin UI sign-in: this many wrong passwords in a row lock the account for
     # `admin_lockout_s` seconds (a correct password resets the count).
     admin_login_attempts: int = 5
@@ -312,6 +323,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_ADMIN_LOGIN_ATTEMPTS": ("admin_login_attempts", _count),
     "SLUICE_ADMIN_LOCKOUT_S": ("admin_lockout_s", _positive_float),
     "SLUICE_USAGE_INTERVAL": ("usage_interval", _positive_float),
+    "SLUICE_RESTART_BACKOFF": ("restart_backoff", _positive_float),
+    "SLUICE_RESTART_BACKOFF_MAX": ("restart_backoff_max", _positive_float),
+    "SLUICE_RESTART_RESET_AFTER": ("restart_reset_after", _positive_float),
+    "SLUICE_DB_CONNECT_TIMEOUT": ("db_connect_timeout", _count),
 }
 
 
