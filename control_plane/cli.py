@@ -50,7 +50,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    """nginx in the foreground from the generated config, until SIGINT/SIGTERM."""
+    """nginx in the foreground from the generated config, until SIGINT/SIGTERM (exit 0)
+    or until nginx dies (exit 1)."""
     import signal
     import threading
     from pathlib import Path
@@ -73,14 +74,16 @@ def _gateway(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: gw.reload())
     gw.start()
+    print(f"sluice gateway: nginx (master pid {gw.proc.pid}) serves on port "
+          f"{settings.gateway_port}", file=sys.stderr, flush=True)
     try:
-        while not stop.wait(0.5):
-            if gw.proc is None or gw.proc.poll() is not None:
-                print("sluice gateway: nginx exited", file=sys.stderr)
-                return 1
-        return 0
+        if gw.wait(stop) is None:
+            return 0
+        # exit non-zero so that systemd or Kubernetes starts the gateway again
+        print(f"sluice gateway: {gw.describe()}", file=sys.stderr)
+        return 1
     finally:
-        gw.stop()
+        gw.stop()   # also the workers a killed master left holding the ports
 
 
 def _create_admin(args: argparse.Namespace) -> int:

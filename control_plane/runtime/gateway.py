@@ -22,6 +22,7 @@ import pwd
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,9 +233,14 @@ class Gateway:
         return res.stderr
 
     def start(self, log_to: Path | None = None) -> None:
-        """Write the config, start nginx as a child, wait until the internal listener answers."""
+        """Write the config, start nginx as a child, wait until the internal listener answers.
+
+        Also starts it again after nginx died: the workers a killed master left behind
+        are stopped first, and the new workers serve the last-known-good snapshot
+        from lkg/ until the controller pushes a newer one."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("gateway already running")
+        self.stop()
         self.write_config()
         self.proc = procs.spawn(self._nginx("-g", "daemon off;"), log=log_to)
         try:
@@ -290,6 +296,27 @@ class Gateway:
             time.sleep(0.05)
         raise TimeoutError(f"nginx workers did not turn over within {timeout}s\n"
                            f"{self.tail_error_log()}")
+
+    def alive(self) -> bool:
+        """Whether nginx's master runs (it replaces dead workers by itself)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe(self) -> str:
+        """How nginx ended, for a log line."""
+        if self.proc is None:
+            return "nginx is not started"
+        return (f"nginx master pid {self.proc.pid} "
+                f"{procs.exit_reason(self.proc.poll())} (log: {self.error_log})")
+
+    def wait(self, stopping: threading.Event | None = None,
+             interval: float = 0.5) -> int | None:
+        """Block until nginx's master exits (return its exit status) or `stopping` is
+        set (return None)."""
+        stopping = stopping or threading.Event()
+        while not stopping.wait(interval):
+            if not self.alive():
+                return self.proc.returncode if self.proc is not None else -1
+        return None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (QUIT), then TERM/KILL; nothing is left running."""
