@@ -52,7 +52,8 @@ def wait_info(var: Path, proc: subprocess.Popen, timeout: float = 90) -> dict:
     return json.loads(path.read_text())
 
 
-def stop_up(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+def stop_up(proc: subprocess.Popen, sig: int = signal.SIGINT) -> str:
+    """Stop it with `sig` (SIGINT is what Ctrl-C sends); return all it printed."""
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     return out

@@ -79,8 +79,8 @@ def test_a_child_that_stayed_up_long_enough_starts_over_at_the_first_delay(caplo
     caplog.set_level(logging.INFO, "sluice.supervisor")
     sup = Supervisor(Backoff(initial=0.05, cap=5, reset_after=0.2))
     stopping = threading.Event()
-    # lives 0.4 s each time, longer than reset_after: never "dying in a row"
-    child = Process(_py("import time; time.sleep(0.4)"))
+    # lives 0.6 s each time, longer than reset_after: never "dying in a row"
+    child = Process(_py("import time; time.sleep(0.6)"))
     child.start()
     sup.add("flaky", child)
     thread = threading.Thread(target=sup.run, args=(stopping, 0.02), daemon=True)
