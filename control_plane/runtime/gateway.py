@@ -312,10 +312,12 @@ class Gateway:
              interval: float = 0.5) -> int | None:
         """Block until nginx's master exits (return its exit status) or `stopping` is
         set (return None)."""
+        if self.proc is None:
+            raise RuntimeError("gateway is not started")
         stopping = stopping or threading.Event()
         while not stopping.wait(interval):
             if not self.alive():
-                return self.proc.returncode if self.proc is not None else -1
+                return self.proc.returncode
         return None
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -120,12 +120,18 @@ class Cluster:
         except OSError:
             return False
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
-        return name == "postgres" and rest.split()[0] != "Z"
+        if name != "postgres" or rest.split()[0] == "Z":
+            return False
+        try:   # a stale pid taken since by another cluster's server: not ours
+            return os.readlink(f"/proc/{pid}/cwd") == str(self.datadir.resolve())
+        except OSError:
+            return True   # not ours to inspect (we are not root): trust the name
 
     def describe(self) -> str:
         """How the server ended, for a log line."""
-        return (f"PostgreSQL pid {self.postmaster_pid()} is gone (log: "
-                f"{self.datadir / 'server.log'})")
+        pid = self.postmaster_pid()
+        return (f"PostgreSQL {f'(pid {pid}) is gone' if pid else 'is not running'} "
+                f"(log: {self.datadir / 'server.log'})")
 
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.datadir), "status", check=False).returncode == 0
