@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from control_plane.runtime import procs
 
@@ -93,12 +93,11 @@ class Process:
 @dataclass
 class Supervisor:
     backoff: Backoff = field(default_factory=Backoff)
-    clock: Callable[[], float] = time.monotonic
     _entries: list[_Entry] = field(default_factory=list)
 
     def add(self, name: str, child: Supervised) -> None:
         """Watch `child`, already started by the caller."""
-        self._entries.append(_Entry(name, child, started_at=self.clock()))
+        self._entries.append(_Entry(name, child, started_at=time.monotonic()))
 
     def names(self) -> list[str]:
         return [e.name for e in self._entries]
@@ -107,13 +106,10 @@ class Supervisor:
         """(name, how it ended) of each child that is not running now."""
         return [(e.name, e.child.describe()) for e in self._entries if not e.child.alive()]
 
-    def restarts(self, name: str) -> int:
-        return next(e.restarts for e in self._entries if e.name == name)
-
     def check(self) -> None:
         """One round: notice deaths, schedule restarts, start the children that are due."""
         for entry in self._entries:
-            now = self.clock()
+            now = time.monotonic()
             if entry.restart_at is None:
                 if entry.child.alive():
                     continue
@@ -136,9 +132,9 @@ class Supervisor:
             delay = self.backoff.delay(entry.deaths)
             log.warning("%s: did not start: %s; trying again in %g s", entry.name,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__, delay)
-            entry.restart_at = self.clock() + delay
+            entry.restart_at = time.monotonic() + delay
             return
-        entry.started_at = self.clock()
+        entry.started_at = time.monotonic()
         entry.restart_at = None
         entry.restarts += 1
         log.info("%s: restarted (restart %d)", entry.name, entry.restarts)
