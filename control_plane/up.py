@@ -233,7 +233,7 @@ class Stack:
     def check_children(self) -> None:
         """While starting, a death is fatal (a port in use, a bad setting): say whose."""
         for name, how in self.supervisor.dead():
-            raise RuntimeError(f"{name} {how}")
+            raise RuntimeError(f"{name}: {how}")
 
     def supervise(self, stopping: threading.Event) -> None:
         """Restart whatever dies until `stopping` is set."""
