@@ -177,6 +177,8 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         _kill_each(up, var, load, "api", lambda pid: os.kill(pid, signal.SIGKILL),
                    lambda: admin.get(info["admin_url"] + "/config", timeout=5).ok,
                    affected=set())
+        healthz = _get(info["admin_url"].replace("/api/v1", "/healthz"))   # no token
+        assert healthz.json() == {"status": "ok"}
 
         _kill_each(up, var, load, "controller", lambda pid: os.kill(pid, signal.SIGKILL),
                    lambda: _get(info["controller_metrics_url"]).ok, affected=set())
