@@ -67,7 +67,9 @@ def _gateway(args: argparse.Namespace) -> int:
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
-        redis_failure=settings.redis_failure))
+        redis_failure=settings.redis_failure, plain=settings.gateway_plain,
+        **({"tls_port": settings.gateway_tls_port, "tls_cert": Path(settings.tls_cert),
+            "tls_key": Path(settings.tls_key)} if settings.tls_cert else {})))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -24,6 +24,7 @@ OPENSSL = "openssl"
 CA_DAYS = 3650
 SERVER_DAYS = 825          # the longest lifetime Apple's clients accept for a server cert
 RENEW_BEFORE_DAYS = 30     # `ensure_demo` re-issues a server cert this close to expiry
+DEMO_NAMES = ["127.0.0.1", "localhost"]   # what `sluice up`'s demo certificate covers
 _KEY_ARGS = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 
