@@ -4,11 +4,14 @@ ssl), the demo backends behind it."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -24,6 +27,7 @@ from control_plane.runtime.gateway import GatewayConfig
 from gateway_readings import access_lines
 from waiting import eventually
 
+REPO = Path(__file__).resolve().parents[2]
 TEXT = "hello over TLS ✓"
 CURL = shutil.which("curl")
 
@@ -75,8 +79,9 @@ def client_context(ca_file: str, version: ssl.TLSVersion | None = None,
     return ctx
 
 
-def handshake(gw, ctx: ssl.SSLContext, server_hostname: str = "127.0.0.1") -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", gw.cfg.tls_port), timeout=5)
+def handshake(port: int, ctx: ssl.SSLContext,
+              server_hostname: str = "127.0.0.1") -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
     try:
         return ctx.wrap_socket(raw, server_hostname=server_hostname)
     except BaseException:
@@ -183,7 +188,8 @@ def test_sse_is_unbuffered_over_http2(tls_gw, helpers, ca_file, model):
     body = json.dumps({"model": model, "stream": True,
                        "messages": [{"role": "user", "content": "a b c d e f g h"}]})
     proc = subprocess.Popen(
-        [CURL, "-sS", "-N", "--http2", "--cacert", ca_file, "-w", "\nHTTP_VERSION=%{http_version}\n",
+        [CURL, "-sS", "-N", "--http2", "--cacert", ca_file,
+         "-w", "\nHTTP_VERSION=%{http_version}\n",
          "-H", f"Authorization: Bearer {helpers.KEY}", "-H", "X-Demo-Chunk-Delay-Ms: 250",
          "-H", "Content-Type: application/json", "-d", body,
          tls_gw.tls_url + "/v1/chat/completions"],
@@ -232,9 +238,10 @@ def test_errors_request_ids_and_log_lines_are_the_same_over_https(tls_gw, helper
 
 # ---- protocol versions and ciphers -------------------------------------------------------
 
-@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3],
+                         ids=["TLSv1.2", "TLSv1.3"])
 def test_tls12_and_tls13_clients_are_served(tls_gw, helpers, ca_file, version):
-    with handshake(tls_gw, client_context(ca_file, version)) as tls:
+    with handshake(tls_gw.cfg.tls_port, client_context(ca_file, version)) as tls:
         assert tls.version() == version.name.replace("v1_", "v1.")
         name, _, bits = tls.cipher()
         assert bits >= 128 and ("GCM" in name or "CHACHA20" in name), name
@@ -244,14 +251,16 @@ def test_tls12_and_tls13_clients_are_served(tls_gw, helpers, ca_file, version):
     assert headers["x-request-id"]
 
 
-@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1])
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1],
+                         ids=["TLSv1.0", "TLSv1.1"])
 def test_old_protocols_are_refused_at_the_handshake(tls_gw, ca_file, version):
     # The client must really offer the old protocol: OpenSSL's default security level
     # would stop it before it sends a ClientHello, so it drops to level 0. The error
     # must then be the server's alert, not the client's own refusal.
     ctx = client_context(ca_file, version, ciphers="DEFAULT:@SECLEVEL=0")
     with pytest.raises(ssl.SSLError) as exc:
-        handshake(tls_gw, ctx).close()
+        handshake(tls_gw.cfg.tls_port, ctx).close()
     assert "ALERT_PROTOCOL_VERSION" in str(exc.value), exc.value
 
 
@@ -260,17 +269,18 @@ def test_weak_ciphers_are_refused(tls_gw, ca_file):
     ctx = client_context(ca_file, ssl.TLSVersion.TLSv1_2,
                          ciphers="ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA")
     with pytest.raises(ssl.SSLError) as exc:
-        handshake(tls_gw, ctx).close()
+        handshake(tls_gw.cfg.tls_port, ctx).close()
     assert "HANDSHAKE_FAILURE" in str(exc.value), exc.value
 
 
 def test_no_session_tickets(tls_gw, ca_file):
-    with handshake(tls_gw, client_context(ca_file, ssl.TLSVersion.TLSv1_2)) as tls:
+    ctx = client_context(ca_file, ssl.TLSVersion.TLSv1_2)
+    with handshake(tls_gw.cfg.tls_port, ctx) as tls:
         assert tls.session is not None and not tls.session.has_ticket
 
 
 def test_http10_client_is_served(tls_gw, helpers, ca_file):
-    with handshake(tls_gw, client_context(ca_file)) as tls:
+    with handshake(tls_gw.cfg.tls_port, client_context(ca_file)) as tls:
         status, headers, body = raw_exchange(tls, chat_request(helpers.KEY, "HTTP/1.0"))
     assert status.endswith(" 200 OK"), status
     assert json.loads(body)["choices"][0]["message"]["content"] == "echo: " + TEXT
@@ -292,12 +302,12 @@ def test_the_plain_listener_can_be_turned_off(gateway_factory, prefix, pki, help
 
 # ---- a renewed certificate, under load ---------------------------------------------------
 
-def served_certificate(gw) -> bytes:
-    """The DER of the leaf certificate a new connection is shown."""
+def served_certificate(port: int) -> bytes:
+    """The DER of the leaf certificate a new connection to `port` is shown."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    with handshake(gw, ctx) as tls:
+    with handshake(port, ctx) as tls:
         return tls.getpeercert(binary_form=True)
 
 
@@ -309,7 +319,7 @@ def der(pem_file: Path) -> bytes:
 def test_renewed_certificate_is_served_after_reload_with_no_failed_request(
         tls_gw, helpers, pki, ca_file):
     ca, cert, _ = pki
-    assert served_certificate(tls_gw) == der(cert)
+    assert served_certificate(tls_gw.cfg.tls_port) == der(cert)
     body = {"model": "chat-demo", "messages": [{"role": "user", "content": TEXT}]}
     headers = {"Authorization": f"Bearer {helpers.KEY}"}
     stop = threading.Event()
@@ -350,10 +360,10 @@ def test_renewed_certificate_is_served_after_reload_with_no_failed_request(
     try:
         eventually(lambda: len(done) >= 50, timeout=20, message="load is flowing")
         renewed_cert, _ = ca.issue(cert.parent, "server", ["127.0.0.1", "localhost"])
-        assert renewed_cert == cert and der(cert) != served_certificate(tls_gw)
+        assert renewed_cert == cert and der(cert) != served_certificate(tls_gw.cfg.tls_port)
         tls_gw.reload()
         before = len(done)
-        eventually(lambda: served_certificate(tls_gw) == der(cert), timeout=10,
+        eventually(lambda: served_certificate(tls_gw.cfg.tls_port) == der(cert), timeout=10,
                    message="the renewed certificate is served")
         eventually(lambda: len(done) >= before + 50, timeout=20,
                    message="load keeps flowing after the reload")
@@ -362,3 +372,38 @@ def test_renewed_certificate_is_served_after_reload_with_no_failed_request(
         for t in threads:
             t.join(15)
     assert failures == [], failures[:5]
+
+
+def test_sluice_gateway_serves_https_only_and_takes_a_renewed_certificate_on_sighup(
+        prefix, pki, tmp_path):
+    """`sluice gateway` as an operator runs it: settings from the environment, plain
+    listener off, and the renewal path: replace the files, send SIGHUP."""
+    ca, _, _ = pki
+    cert, key = ca.issue(ca.cert.parent, "cli", ["127.0.0.1", "localhost"])
+    port, internal_port, tls_port = procs.free_ports(3)
+    env = dict(os.environ, SLUICE_GATEWAY_TOKEN=secrets.token_urlsafe(24),
+               SLUICE_GATEWAY_HOST="127.0.0.1", SLUICE_GATEWAY_PORT=str(port),
+               SLUICE_INTERNAL_PORT=str(internal_port), SLUICE_GATEWAY_TLS_PORT=str(tls_port),
+               SLUICE_TLS_CERT=str(cert), SLUICE_TLS_KEY=str(key), SLUICE_GATEWAY_PLAIN="off")
+    proc = procs.spawn([sys.executable, "-m", "control_plane.cli", "gateway", "--prefix",
+                        str(prefix), "--workers", "1"], env=env, cwd=REPO,
+                       log=tmp_path / "gateway.out")
+    try:
+        first = eventually(lambda: served_certificate(tls_port), timeout=20,
+                           message="sluice gateway serves HTTPS")
+        assert first == der(cert)
+        r = requests.get(f"https://127.0.0.1:{tls_port}/v1/models", verify=str(ca.cert),
+                         timeout=5)
+        assert r.status_code == 503      # no snapshot yet: the error template, over TLS
+        assert r.json()["error"]["request_id"] == r.headers["X-Request-Id"]
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+        ca.issue(ca.cert.parent, "cli", ["127.0.0.1", "localhost"])
+        renewed = der(cert)
+        assert renewed != first
+        proc.send_signal(signal.SIGHUP)
+        eventually(lambda: served_certificate(tls_port) == renewed, timeout=20,
+                   message="the renewed certificate is served after SIGHUP")
+        assert proc.poll() is None, (tmp_path / "gateway.out").read_text()
+    finally:
+        procs.stop(proc)
