@@ -173,6 +173,28 @@ def test_curl_negotiates_http2_and_gets_the_answer(tls_gw, helpers, ca_file):
     assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: " + TEXT
 
 
+def test_http2_bodies_without_a_length_and_too_large_bodies(tls_gw, helpers, ca_file):
+    # curl uploading from stdin over HTTP/2 sends no content-length: the body is read
+    body = json.dumps({"model": "chat-demo", "messages": [{"role": "user", "content": TEXT}]})
+    res = subprocess.run([CURL, "-sS", "--http2", "--cacert", ca_file, "-T", "-", "-X", "POST",
+                          "-H", f"Authorization: Bearer {helpers.KEY}",
+                          "-H", "Content-Type: application/json", "-w", "\n%{http_version}",
+                          tls_gw.tls_url + "/v1/chat/completions"],
+                         input=body, capture_output=True, text=True, timeout=20)
+    answer, version = res.stdout.rsplit("\n", 1)
+    assert version == "2", res.stderr
+    assert json.loads(answer)["choices"][0]["message"]["content"] == "echo: " + TEXT
+    # nginx's own 413 (over the 1m limit) in the error template, over HTTP/2
+    res = subprocess.run([CURL, "-sS", "--http2", "--cacert", ca_file, "--data-binary", "@-",
+                          "-H", f"Authorization: Bearer {helpers.KEY}", "-w", "\n%{http_code}",
+                          tls_gw.tls_url + "/v1/chat/completions"],
+                         input="a" * 2_000_000, capture_output=True, text=True, timeout=20)
+    answer, status = res.stdout.rstrip().rsplit("\n", 1)
+    assert status == "413", res.stdout[-300:]
+    err = json.loads(answer)["error"]
+    assert (err["code"], err["type"]) == (413, "payload_too_large") and err["request_id"]
+
+
 def test_plain_listener_stays_http1_only(tls_gw, helpers):
     """HTTP/2 is offered by ALPN on the TLS listener only; the plain one answers 1.1."""
     res = curl("--http2", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
