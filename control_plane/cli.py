@@ -73,7 +73,17 @@ def _gateway(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: gw.reload())
+
+    def reload(*_):
+        # A renewed certificate that nginx refuses (a key that does not match, a
+        # truncated file) must not take the gateway down: keep serving the old one.
+        try:
+            gw.reload()
+        except (RuntimeError, ValueError, TimeoutError) as exc:
+            print(f"sluice gateway: reload refused, still serving the previous "
+                  f"configuration: {exc}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGHUP, reload)
     gw.start()
     try:
         while not stop.wait(0.5):

@@ -9,6 +9,11 @@ the data plane the same way::
     gw.push(snapshot)      # POST /internal/snapshot
     gw.stop()
 
+With `tls_port`, `tls_cert` and `tls_key` the public server also listens for HTTPS
+(HTTP/2 by ALPN) with the same locations; `plain=False` leaves HTTPS alone. nginx
+reads the certificate files at start and at every `reload()` (what `sluice gateway`
+does on SIGHUP), so a renewed certificate is served from the next new connection.
+
 The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
 `logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
 workers) and `tmp/` (nginx's temp paths).
@@ -297,7 +302,13 @@ class Gateway:
             self._wait_serving()
         except Exception as exc:
             self.stop()
-            raise RuntimeError(f"gateway did not start: {exc}\n{self.tail_error_log()}") from exc
+            # nginx reports configuration errors (a certificate it cannot load) on its
+            # stderr, before it opens logs/error.log: show both
+            said = ""
+            if log_to is not None and Path(log_to).exists():
+                said = "\n".join(Path(log_to).read_text(errors="replace").splitlines()[-10:])
+            raise RuntimeError(f"gateway did not start: {exc}\n{said}\n"
+                               f"{self.tail_error_log()}") from exc
 
     def _wait_serving(self, timeout: float = 15.0) -> None:
         """Until our own internal listener answers: a port taken by someone else

@@ -23,7 +23,7 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.runtime.certs import CertAuthority
-from control_plane.runtime.gateway import GatewayConfig
+from control_plane.runtime.gateway import Gateway, GatewayConfig
 from gateway_readings import access_lines
 from waiting import eventually
 
@@ -322,6 +322,19 @@ def test_the_plain_listener_can_be_turned_off(gateway_factory, prefix, pki, help
     assert "chat-demo" in [m["id"] for m in r.json()["data"]]
 
 
+def test_a_key_that_does_not_match_the_certificate_stops_the_start_clearly(
+        prefix, pki, tmp_path):
+    ca, cert, _ = pki
+    _, wrong_key = ca.issue(tmp_path, "other", ["127.0.0.1"])
+    cfg = tls_config(prefix, pki)
+    cfg.tls_key = wrong_key
+    gw = Gateway(cfg)
+    with pytest.raises(RuntimeError, match="key values mismatch") as exc:
+        gw.start(log_to=tmp_path / "nginx.out")
+    assert "PRIVATE KEY" not in str(exc.value)
+    assert gw.proc is None
+
+
 # ---- a renewed certificate, under load ---------------------------------------------------
 
 def served_certificate(port: int) -> bytes:
@@ -420,6 +433,19 @@ def test_sluice_gateway_serves_https_only_and_takes_a_renewed_certificate_on_sig
         assert r.json()["error"]["request_id"] == r.headers["X-Request-Id"]
         with pytest.raises(requests.ConnectionError):
             requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+        # a botched renewal (a certificate without its key) is refused; the gateway
+        # keeps serving the certificate it has
+        other, _ = ca.issue(tmp_path, "other", ["127.0.0.1"])
+        good = cert.read_bytes()
+        cert.write_bytes(other.read_bytes())
+        proc.send_signal(signal.SIGHUP)
+        eventually(lambda: "reload refused" in (tmp_path / "gateway.out").read_text(),
+                   timeout=20, message="sluice gateway reports the refused reload")
+        assert proc.poll() is None
+        assert served_certificate(tls_port) == first
+        assert "PRIVATE KEY" not in (tmp_path / "gateway.out").read_text()
+        cert.write_bytes(good)
+        # the real renewal
         ca.issue(ca.cert.parent, "cli", ["127.0.0.1", "localhost"])
         renewed = der(cert)
         assert renewed != first
