@@ -2,7 +2,8 @@
 
 Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
 given), migrations to head, the admin UI's first user, demo backends, the admin API (gunicorn), demo data through
-the admin API, the gateway (nginx) and the controller. Prints how to call it, writes
+the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA made under var/tls)
+and the controller. Prints how to call it, writes
 the same facts to var/sluice-up.json (mode 0600), and on SIGINT/SIGTERM stops every
 child it started.
 """

@@ -10,7 +10,7 @@ the data plane the same way::
     gw.stop()
 
 With `tls_port`, `tls_cert` and `tls_key` the public server also listens for HTTPS
-(HTTP/2 by ALPN) with the same locations; `plain=False` leaves HTTPS alone. nginx
+(HTTP/2 by ALPN) with the same locations; `plain=False` leaves HTTPS only. nginx
 reads the certificate files at start and at every `reload()` (what `sluice gateway`
 does on SIGHUP), so a renewed certificate is served from the next new connection.
 
