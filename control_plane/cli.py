@@ -68,14 +68,28 @@ def _gateway(args: argparse.Namespace) -> int:
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
-        redis_failure=settings.redis_failure))
+        redis_failure=settings.redis_failure, plain=settings.gateway_plain,
+        **({"tls_port": settings.gateway_tls_port, "tls_cert": Path(settings.tls_cert),
+            "tls_key": Path(settings.tls_key)} if settings.tls_cert else {})))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: gw.reload())
+
+    def reload(*_):
+        # A renewed certificate that nginx refuses (a key that does not match, a
+        # truncated file) must not take the gateway down: keep serving the old one.
+        try:
+            gw.reload()
+        except (RuntimeError, ValueError, TimeoutError) as exc:
+            print(f"sluice gateway: reload refused, still serving the previous "
+                  f"configuration: {exc}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGHUP, reload)
     gw.start()
-    print(f"sluice gateway: nginx (master pid {gw.proc.pid}) serves on port "
-          f"{settings.gateway_port}", file=sys.stderr, flush=True)
+    ports = ([f"{settings.gateway_port} (HTTP)"] if settings.gateway_plain else []) + \
+        ([f"{settings.gateway_tls_port} (HTTPS)"] if settings.tls_cert else [])
+    print(f"sluice gateway: nginx (master pid {gw.proc.pid}) serves on port"
+          f"{'s' if len(ports) > 1 else ''} {', '.join(ports)}", file=sys.stderr, flush=True)
     try:
         if gw.wait(stop) is None:
             return 0

@@ -2,7 +2,8 @@
 
 Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
 given), migrations to head, the admin UI's first user, demo backends, the admin API (gunicorn), demo data through
-the admin API, the gateway (nginx) and the controller. Prints how to call it, writes
+the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA made under var/tls)
+and the controller. Prints how to call it, writes
 the same facts to var/sluice-up.json (mode 0600), then supervises: a child that dies
 (nginx and PostgreSQL included) is logged and started again with backoff
 (runtime/supervisor.py), the others keep running. On SIGINT/SIGTERM it stops every
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from control_plane import migrate
 from control_plane.demo import fleet
-from control_plane.runtime import postgres, procs
+from control_plane.runtime import certs, postgres, procs
 from control_plane.runtime.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway, GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
@@ -116,6 +117,7 @@ class Stack:
         creds = _secrets(self.var)
         self.supervisor.backoff = _backoff()
         gw_port = _port("SLUICE_GATEWAY_PORT", 8000)
+        tls_port = _port("SLUICE_GATEWAY_TLS_PORT", 8443)
         internal_port = _port("SLUICE_INTERNAL_PORT", 8001)
         api_port = _port("SLUICE_API_PORT", 8080)
         cp_metrics_port = _port("SLUICE_CONTROLLER_METRICS_PORT", 8002)
@@ -142,8 +144,13 @@ class Stack:
         admin = AdminClient(admin_url, creds["admin_token"])
         demo_keys = self._seed(admin, backend_urls, creds)
 
+        # HTTPS beside HTTP: a private demo CA and a server certificate for
+        # 127.0.0.1/localhost under var/tls, made once and reused by later runs.
+        ca, tls_cert, tls_key = certs.ensure_demo(self.var / "tls", certs.DEMO_NAMES)
         self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
                                              internal_port=internal_port,
+                                             tls_port=tls_port, tls_cert=tls_cert,
+                                             tls_key=tls_key,
                                              token=creds["gateway_token"],
                                              workers=self.workers,
                                              **_gateway_settings()))
@@ -155,6 +162,8 @@ class Stack:
 
         info = {
             "gateway_url": self.gateway.url,
+            "gateway_tls_url": self.gateway.tls_url,
+            "ca_cert": str(ca.cert),
             # Prometheus text format; needs Authorization: Bearer <gateway_token>
             "metrics_url": self.gateway.internal_url + "/metrics",
             "gateway_token": creds["gateway_token"],
@@ -250,6 +259,7 @@ def _banner(info: dict) -> str:
     return f"""
 Sluice is up.
   gateway    {info['gateway_url']}
+             {info['gateway_tls_url']}   (HTTP/2 too; demo CA: {info['ca_cert']})
   admin UI   {info['ui_url']}   (sign in as {info['admin_user']} / {password})
   admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
   metrics    {info['metrics_url']}   (Authorization: Bearer <gateway_token>)
@@ -266,6 +276,11 @@ Try:
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
   (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
   X-Sluice-Route-Version or X-Sluice-Fallback header)
+
+Over HTTPS, trusting the demo CA:
+  curl -s --cacert {info['ca_cert']} {info['gateway_tls_url']}/v1/chat/completions \\
+    -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
 
 A part that dies is logged here and started again; Ctrl-C stops everything.
 """

@@ -11,13 +11,15 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
+  openssl
   chromium chromium-driver
 )
 
 # promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
 # start their own redis-server (cluster mode); images that only run Sluice skip both
 # (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over the network).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server)
+# curl: the HTTPS / HTTP/2 tests call the gateway with it.
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -150,7 +150,7 @@ def _get(url: str, **kw) -> requests.Response:
 
 
 def test_each_child_killed_under_load_is_restarted_alone(var):
-    up = start_up(var, procs.free_ports(4), **FAST)
+    up = start_up(var, procs.free_ports(5), **FAST)
     load = None
     try:
         info = wait_info(var, up)

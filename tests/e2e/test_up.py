@@ -1,9 +1,12 @@
 """`sluice up` (what `make run` runs), as a newcomer meets it: start, call, stop, again."""
 from __future__ import annotations
 
+import json
 import re
 import stat
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -11,6 +14,25 @@ from prometheus_client.parser import text_string_to_metric_families
 from up_run import ours, start_up, stop_up, wait_info
 
 from control_plane.runtime import procs
+
+def _read_banner(proc: subprocess.Popen) -> str:
+    """What `sluice up` prints once it is up, through its last line."""
+    lines = []
+    while not lines or "Ctrl-C stops everything." not in lines[-1]:
+        line = proc.stdout.readline()
+        assert line, "sluice up closed its output before the banner:\n" + "".join(lines)
+        lines.append(line)
+    return "".join(lines)
+
+
+def _https_curl(banner: str, info: dict) -> None:
+    """The printed `curl --cacert` over HTTPS works as printed (run by a shell)."""
+    block = banner.split("Over HTTPS", 1)[1].split("\n\n", 1)[0]
+    command = block.split("\n", 1)[1].replace("\\\n", " ")
+    assert f"--cacert {info['ca_cert']} {info['gateway_tls_url']}/" in command, command
+    res = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: hello"
 
 
 def _sign_in(info: dict) -> None:
@@ -91,10 +113,18 @@ def _demo_features(info: dict) -> None:
 
 
 def test_up_serves_prints_how_and_stops_everything(var):
-    ports = procs.free_ports(4)
+    ports = procs.free_ports(5)
     first = start_up(var, ports)
+    banner = ""
     try:
         info = wait_info(var, first)
+        banner = _read_banner(first)
+        # HTTPS beside HTTP, with a private demo CA under var/
+        assert info["gateway_tls_url"] == f"https://127.0.0.1:{ports[4]}"
+        assert Path(info["ca_cert"]).is_relative_to(var)
+        key_files = [p for p in (var / "tls").iterdir() if p.suffix == ".key"]
+        assert key_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in key_files)
+        _https_curl(banner, info)
         mode = stat.S_IMODE((var / "sluice-up.json").stat().st_mode)
         assert mode == 0o600
         assert info["admin_url"].endswith("/api/v1")
@@ -141,7 +171,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"
     finally:
-        out = stop_up(first)
+        out = banner + stop_up(first)
     assert first.returncode == 0, out
     assert "curl" in out and info["demo_api_key"] in out
     assert info["demo_vip_api_key"] in out and "X-Sluice-Route-Version" in out
@@ -151,10 +181,17 @@ def test_up_serves_prints_how_and_stops_everything(var):
         requests.get(info["gateway_url"], timeout=2)
 
     # A second run comes up on the same data and keeps the demo key working.
+    ca_pem = Path(info["ca_cert"]).read_text()
     (var / "sluice-up.json").unlink()
     second = start_up(var, ports)
     try:
         again = wait_info(var, second)
+        # the demo CA and certificate are reused: callers' trust in the CA survives
+        assert again["ca_cert"] == info["ca_cert"]
+        assert Path(again["ca_cert"]).read_text() == ca_pem
+        https = requests.get(again["gateway_tls_url"] + "/v1/models", verify=again["ca_cert"],
+                             headers={"X-API-Key": again["demo_api_key"]}, timeout=10)
+        assert https.status_code == 200, https.text
         assert again["demo_api_key"] == info["demo_api_key"]
         assert again["demo_vip_api_key"] == info["demo_vip_api_key"]
         assert again["admin_password"] == info["admin_password"]

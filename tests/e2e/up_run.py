@@ -30,11 +30,14 @@ def ours(var: Path) -> list[str]:
 
 
 def start_up(var: Path, ports: list[int], **env_extra: str) -> subprocess.Popen:
+    """`sluice up` on `ports` (5 of them: gateway, internal, API, controller metrics,
+    gateway HTTPS), with `var` as its var folder; its output in .stdout."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN")}
     env.update(SLUICE_VAR_DIR=str(var), SLUICE_GATEWAY_PORT=str(ports[0]),
                SLUICE_INTERNAL_PORT=str(ports[1]), SLUICE_API_PORT=str(ports[2]),
-               SLUICE_CONTROLLER_METRICS_PORT=str(ports[3]), **env_extra)
+               SLUICE_CONTROLLER_METRICS_PORT=str(ports[3]),
+               SLUICE_GATEWAY_TLS_PORT=str(ports[4]), **env_extra)
     return subprocess.Popen([sys.executable, "-m", "control_plane.cli", "up"], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)

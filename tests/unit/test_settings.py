@@ -127,3 +127,25 @@ def test_supervision_and_database_settings():
                        "SLUICE_RESTART_RESET_AFTER": "10", "SLUICE_DB_CONNECT_TIMEOUT": "2"})
     assert (s.restart_backoff, s.restart_backoff_max, s.restart_reset_after) == (0.2, 5.0, 10.0)
     assert s.db_connect_timeout == 2
+
+
+def test_gateway_tls_variables():
+    s = load_settings({})
+    assert (s.tls_cert, s.tls_key, s.gateway_tls_port, s.gateway_plain) == (
+        None, None, 8443, True)
+    s = load_settings({"SLUICE_TLS_CERT": "/etc/sluice/chain.pem",
+                       "SLUICE_TLS_KEY": "/etc/sluice/key.pem",
+                       "SLUICE_GATEWAY_TLS_PORT": "9443", "SLUICE_GATEWAY_PLAIN": "off"})
+    assert (s.tls_cert, s.tls_key, s.gateway_tls_port, s.gateway_plain) == (
+        "/etc/sluice/chain.pem", "/etc/sluice/key.pem", 9443, False)
+
+
+@pytest.mark.parametrize("env,reason", [
+    ({"SLUICE_TLS_CERT": "/etc/sluice/chain.pem"}, "set both"),
+    ({"SLUICE_TLS_KEY": "/etc/sluice/key.pem"}, "set both"),
+    ({"SLUICE_GATEWAY_PLAIN": "off"}, "no public listener"),
+    ({"SLUICE_GATEWAY_PLAIN": "sometimes"}, "must be true or false"),
+])
+def test_gateway_tls_variables_that_do_not_fit(env, reason):
+    with pytest.raises(SettingsError, match=reason):
+        load_settings(env)
