@@ -18,7 +18,8 @@ PACKAGES=(
 # promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
 # start their own redis-server (cluster mode); images that only run Sluice skip both
 # (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over the network).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server)
+# curl: the HTTPS / HTTP/2 tests call the gateway with it.
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
