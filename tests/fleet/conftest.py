@@ -1,0 +1,41 @@
+"""Multi-host tests: one fleet (control-plane host, three gateway hosts, a models host,
+a load balancer) in network namespaces for the whole folder; see fleet_harness.py.
+
+They need root and iproute2. Where the machine cannot build the namespaces the
+fixture raises: the tests fail loudly, never skip."""
+from __future__ import annotations
+
+import pytest
+
+from fleet_harness import new_fleet, remove_fleet
+from waiting import eventually
+
+# The membership scenarios (a gateway joins by itself, stale after missed heartbeats,
+# controller failover) run against the contract of the membership branch (issue 12,
+# "Membership", "Controller failover"): on a tree without that work they cannot pass.
+# After merging it, delete this line so that CI runs them.
+collect_ignore = ["test_membership_pending.py"]
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    f = new_fleet()
+    try:
+        yield f
+    finally:
+        remove_fleet(f)
+
+
+@pytest.fixture
+def healthy_fleet(fleet):
+    """Every cable in, no partition, every gateway on the current version; healed
+    again after the test, whatever it cut."""
+    fleet.net.heal()
+    version = fleet.admin.config_version()
+    for gw in fleet.gateway_hosts:
+        eventually(lambda: gw.served_version() >= version, timeout=30,
+                   message=f"{gw.name} serving version {version}")
+    try:
+        yield fleet
+    finally:
+        fleet.net.heal()
