@@ -159,10 +159,11 @@ class Net:
         ip("link", "set", "eth0", "up" if up else "down", ns=self.hosts[host].ns)
 
     def partition(self, host: str, other: str) -> None:
-        """`host` and `other` can no longer talk (both ways: `host` drops its packets
-        to `other`, replies included); everyone else still reaches both."""
-        ip("route", "add", "blackhole", f"{self.hosts[other].addr}/32",
-           ns=self.hosts[host].ns)
+        """`host` and `other` can no longer talk: each drops what it sends to the
+        other (on both sides, so that not even a request on a connection opened
+        before gets through one way); everyone else still reaches both."""
+        for a, b in ((host, other), (other, host)):
+            ip("route", "add", "blackhole", f"{self.hosts[b].addr}/32", ns=self.hosts[a].ns)
 
     def heal(self) -> None:
         """Every cable in, every partition gone."""

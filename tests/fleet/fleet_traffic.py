@@ -85,7 +85,7 @@ class Load:
     def summary(self, since: float = 0.0) -> dict:
         answers = [a for a in self.answers if a.started >= since]
         failed = [a for a in answers if a.status != 200]
-        return {"total": len(answers), "failed": len(failed),
+        return {"total": len(answers), "not_200": len(failed),
                 "statuses": dict(Counter(a.status for a in answers)),
                 "retried": sum(1 for a in answers if len(a.upstreams) > 1),
                 "answered_by": dict(Counter(a.upstreams[-1] for a in answers
