@@ -145,11 +145,10 @@ class Net:
             route = ip("route", "get", host.addr)
             if f"dev {self.root_if} " not in route + " ":
                 raise FleetError(f"{host.addr} does not route through {self.root_if}: {route}")
-            routes = ip("-4", "route", ns=host.ns).strip().splitlines()
-            if routes != [f"{self.subnet}.0/24 dev eth0 proto kernel scope link src "
-                          f"{host.addr} "] and routes != [
-                    f"{self.subnet}.0/24 dev eth0 proto kernel scope link src {host.addr}"]:
-                raise FleetError(f"{host.ns} has unexpected routes: {routes}")
+            routes = [r.split() for r in ip("-4", "route", ns=host.ns).splitlines()]
+            if routes != [[f"{self.subnet}.0/24", "dev", "eth0", "proto", "kernel", "scope",
+                           "link", "src", host.addr]]:
+                raise FleetError(f"{host.ns} has routes other than its own /24: {routes}")
 
     def exec_args(self, host: str, args: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.hosts[host].ns, *args]
@@ -177,6 +176,9 @@ class Net:
         for name in reversed(self.created):
             ip("netns", "del", name, check=False)
         self.created.clear()
+        left = [n for n in ip("netns", "list").split() if n.startswith(f"slf{self.tag}-")]
+        if left or self.root_if in ip("-br", "link"):
+            raise FleetError(f"left behind: namespaces {left}, link {self.root_if}")
 
 
 @dataclass
