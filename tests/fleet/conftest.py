@@ -6,8 +6,9 @@ fixture raises: the tests fail loudly, never skip."""
 from __future__ import annotations
 
 import pytest
+import requests
 
-from fleet_harness import new_fleet, remove_fleet
+from fleet_harness import GATEWAY_PORT, new_fleet, remove_fleet
 from waiting import eventually
 
 # The membership scenarios (a gateway joins by itself, stale after missed heartbeats,
@@ -35,6 +36,14 @@ def healthy_fleet(fleet):
     for gw in fleet.gateway_hosts:
         eventually(lambda: gw.served_version() >= version, timeout=30,
                    message=f"{gw.name} serving version {version}")
+    everyone = {f"{gw.addr}:{GATEWAY_PORT}" for gw in fleet.gateway_hosts}
+
+    def balanced():
+        # any answer will do (401 here): the balancer marks down only on errors
+        return {requests.get(fleet.lb_url + "/v1/models", timeout=5)
+                .headers["X-Fleet-Upstream"] for _ in range(2 * len(everyone))} == everyone
+    # a gateway cut off before is back in the balancer's rotation after fail_timeout
+    eventually(balanced, timeout=30, interval=0.5, message="the balancer using every gateway")
     try:
         yield fleet
     finally:

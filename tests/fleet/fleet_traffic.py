@@ -89,4 +89,6 @@ class Load:
                 "statuses": dict(Counter(a.status for a in answers)),
                 "retried": sum(1 for a in answers if len(a.upstreams) > 1),
                 "answered_by": dict(Counter(a.upstreams[-1] for a in answers
-                                            if a.upstreams and a.status == 200))}
+                                            if a.upstreams and a.status == 200)),
+                "by_gateway": dict(Counter((a.upstreams[-1] if a.upstreams else "-", a.status)
+                                           for a in answers))}
