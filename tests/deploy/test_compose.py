@@ -81,15 +81,18 @@ def test_gateways_register_themselves(config):
         (REPO / "deploy" / "Dockerfile").read_text()
 
 
-def test_load_balancer_config(tmp_path):
+def test_load_balancer_config(config, tmp_path):
     text = LB_CONF.read_text()
     # Docker's DNS, re-resolved at run time through a variable: every replica
     assert re.search(r"^\s*resolver 127\.0\.0\.11 valid=\d+s", text, re.M)
     assert re.search(r"set \$gateways gateway;\s*proxy_pass http://\$gateways:8000;", text)
     assert "proxy_next_upstream error timeout non_idempotent;" in text
-    res = subprocess.run(["/usr/sbin/nginx", "-t", "-p", f"{tmp_path}/", "-c", str(LB_CONF),
-                          "-e", "stderr"], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    # the service's own command, on this machine's nginx, with -t
+    shell, flag, command = config["services"]["lb"]["command"]
+    command = (command.replace("/etc/sluice/lb.conf", str(LB_CONF))
+               .replace("/tmp/lb", str(tmp_path / "lb")) + " -t")
+    res = subprocess.run([shell, flag, command], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and "test is successful" in res.stderr, res.stderr
 
 
 def test_image_builds_from_debian_packages_only():
