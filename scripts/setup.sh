@@ -11,6 +11,7 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
+  openssl
   chromium chromium-driver
 )
 
@@ -20,7 +21,8 @@ PACKAGES=(
 # multi-host tests' network namespaces (tests/fleet); images that only run Sluice
 # skip these (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over
 # the network).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server docker-compose iproute2)
+# curl: the HTTPS / HTTP/2 tests call the gateway with it.
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

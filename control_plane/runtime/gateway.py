@@ -9,6 +9,11 @@ the data plane the same way::
     gw.push(snapshot)      # POST /internal/snapshot
     gw.stop()
 
+With `tls_port`, `tls_cert` and `tls_key` the public server also listens for HTTPS
+(HTTP/2 by ALPN) with the same locations; `plain=False` leaves HTTPS only. nginx
+reads the certificate files at start and at every `reload()` (what `sluice gateway`
+does on SIGHUP), so a renewed certificate is served from the next new connection.
+
 The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
 `logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
 workers) and `tmp/` (nginx's temp paths).
@@ -22,6 +27,7 @@ import pwd
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +74,14 @@ class GatewayConfig:
     redis_failure: str = "open"
     lua_root: Path = field(default_factory=lambda: REPO / "lua")
     error_log_level: str = "warn"
+    # The public HTTPS listener (HTTP/2 by ALPN, HTTP/1.x as before): on when tls_port
+    # is set. tls_cert is a PEM file, the server's certificate first, then any
+    # intermediates; tls_key its private key. plain=False turns the HTTP listener
+    # (`port`) off, for deployments where callers must use HTTPS.
+    tls_port: int | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    plain: bool = True
 
 
 def _is_root() -> bool:
@@ -121,6 +135,41 @@ def _redis(cfg: GatewayConfig) -> tuple[str, str]:
     return "{ " + ", ".join(fields) + " }", resolver
 
 
+# A path that nginx reads as one literal argument: quoted, and with no "$" (since
+# nginx 1.15.9 ssl_certificate takes variables).
+_NGINX_PATH_BAD = set('"\\$;{}') | {chr(c) for c in range(32)} | {chr(127)}
+
+
+def _nginx_path(path: Path, what: str) -> str:
+    text = str(Path(path).resolve())
+    if set(text) & _NGINX_PATH_BAD:
+        raise ValueError(f"{what} path {text!r} has a character nginx would not read "
+                         'literally (quote, backslash, $, ;, braces or a control character)')
+    if not os.access(text, os.R_OK):
+        raise ValueError(f"{what} {text} does not exist or is not readable")
+    return f'"{text}"'
+
+
+def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
+    """The public server's listen lines and its ssl_certificate lines."""
+    lines = []
+    if cfg.plain:
+        lines.append(f"listen {cfg.listen_host}:{int(cfg.port)};")
+    if cfg.tls_port is None:
+        if not cfg.plain:
+            raise ValueError("plain=False needs tls_port: the gateway would have no "
+                             "public listener")
+        if cfg.tls_cert or cfg.tls_key:
+            raise ValueError("tls_cert and tls_key need tls_port")
+        return "\n        ".join(lines), "# no HTTPS listener"
+    if not (cfg.tls_cert and cfg.tls_key):
+        raise ValueError("tls_port needs both tls_cert and tls_key")
+    lines.append(f"listen {cfg.listen_host}:{int(cfg.tls_port)} ssl http2;")
+    certificate = (f"ssl_certificate {_nginx_path(cfg.tls_cert, 'tls_cert')};\n"
+                   f"        ssl_certificate_key {_nginx_path(cfg.tls_key, 'tls_key')};")
+    return "\n        ".join(lines), certificate
+
+
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
     if not _TOKEN_RE.match(cfg.token):
@@ -130,10 +179,14 @@ def render(cfg: GatewayConfig) -> str:
                          "nginx size such as 1m or 512k")
     if cfg.workers < 1:
         raise ValueError("workers must be >= 1")
-    if int(cfg.port) == int(cfg.internal_port):
+    ports = [int(cfg.internal_port)] + ([int(cfg.port)] if cfg.plain else [])
+    if cfg.tls_port is not None:
+        ports.append(int(cfg.tls_port))
+    if len(set(ports)) != len(ports):
         # nginx would quietly merge both servers on one socket, public one first
-        raise ValueError("port and internal_port must differ")
+        raise ValueError("port, tls_port and internal_port must differ")
     redis, resolver = _redis(cfg)
+    public_listen, tls_certificate = _public_listen(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
@@ -141,8 +194,8 @@ def render(cfg: GatewayConfig) -> str:
         "error_log_level": cfg.error_log_level,
         "lua_root": str(Path(cfg.lua_root).resolve()),
         "token": cfg.token,
-        "listen_host": cfg.listen_host,
-        "port": str(int(cfg.port)),
+        "public_listen": public_listen,
+        "tls_certificate": tls_certificate,
         "internal_port": str(int(cfg.internal_port)),
         "internal_host": cfg.internal_host,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
@@ -182,7 +235,16 @@ class Gateway:
 
     @property
     def url(self) -> str:
+        """The public URL: plain HTTP, or HTTPS when the plain listener is off."""
+        if not self.cfg.plain:
+            return self.tls_url
         return f"http://127.0.0.1:{self.cfg.port}"
+
+    @property
+    def tls_url(self) -> str:
+        if self.cfg.tls_port is None:
+            raise RuntimeError("this gateway has no HTTPS listener (tls_port is not set)")
+        return f"https://127.0.0.1:{self.cfg.tls_port}"
 
     @property
     def internal_url(self) -> str:
@@ -232,16 +294,27 @@ class Gateway:
         return res.stderr
 
     def start(self, log_to: Path | None = None) -> None:
-        """Write the config, start nginx as a child, wait until the internal listener answers."""
+        """Write the config, start nginx as a child, wait until the internal listener answers.
+
+        Also starts it again after nginx died: the workers a killed master left behind
+        are stopped first, and the new workers serve the last-known-good snapshot
+        from lkg/ until the controller pushes a newer one."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("gateway already running")
+        self.stop()
         self.write_config()
         self.proc = procs.spawn(self._nginx("-g", "daemon off;"), log=log_to)
         try:
             self._wait_serving()
         except Exception as exc:
             self.stop()
-            raise RuntimeError(f"gateway did not start: {exc}\n{self.tail_error_log()}") from exc
+            # nginx reports configuration errors (a certificate it cannot load) on its
+            # stderr, before it opens logs/error.log: show both
+            said = ""
+            if log_to is not None and Path(log_to).exists():
+                said = "\n".join(Path(log_to).read_text(errors="replace").splitlines()[-10:])
+            raise RuntimeError(f"gateway did not start: {exc}\n{said}\n"
+                               f"{self.tail_error_log()}") from exc
 
     def _wait_serving(self, timeout: float = 15.0) -> None:
         """Until our own internal listener answers: a port taken by someone else
@@ -290,6 +363,29 @@ class Gateway:
             time.sleep(0.05)
         raise TimeoutError(f"nginx workers did not turn over within {timeout}s\n"
                            f"{self.tail_error_log()}")
+
+    def alive(self) -> bool:
+        """Whether nginx's master runs (it replaces dead workers by itself)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe(self) -> str:
+        """How nginx ended, for a log line."""
+        if self.proc is None:
+            return "nginx is not started"
+        return (f"nginx master pid {self.proc.pid} "
+                f"{procs.exit_reason(self.proc.poll())} (log: {self.error_log})")
+
+    def wait(self, stopping: threading.Event | None = None,
+             interval: float = 0.5) -> int | None:
+        """Block until nginx's master exits (return its exit status) or `stopping` is
+        set (return None)."""
+        if self.proc is None:
+            raise RuntimeError("gateway is not started")
+        stopping = stopping or threading.Event()
+        while not stopping.wait(interval):
+            if not self.alive():
+                return self.proc.returncode
+        return None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (QUIT), then TERM/KILL; nothing is left running."""
