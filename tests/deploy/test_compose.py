@@ -18,6 +18,7 @@ import pytest
 import requests
 import yaml
 
+from cli_check import parse
 from control_plane.runtime import procs
 from waiting import eventually
 
@@ -143,3 +144,18 @@ def test_gateway_replica_runs_nginx_and_shipper_and_ends_with_either(db_url):
     finally:
         procs.stop(proc)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_every_sluice_command_parses(config, monkeypatch):
+    """The services' `sluice` commands, and those gateway.sh runs, parse with the CLI
+    (demo-backend has a parser of its own and is left out)."""
+    commands = [s["command"] for s in config["services"].values()
+                if s.get("command", [None])[0] == "sluice" and s["command"][1] != "demo-backend"]
+    script = GATEWAY_SH.read_text()
+    assert 'sluice gateway --prefix "$prefix" "$@" &' in script
+    assert re.search(r'^SLUICE_ACCESS_LOGS="\$name=\$prefix/logs/access.log" sluice shipper &$',
+                     script, re.M)
+    commands += [["sluice", "gateway", "--prefix", "/var/lib/sluice/gateway"],
+                 ["sluice", "shipper"]]
+    handlers = {parse(monkeypatch, cmd[1:]) for cmd in commands}
+    assert handlers == {"_migrate", "_api", "_controller", "_gateway", "_shipper"}

@@ -14,6 +14,7 @@ import yaml
 from kubernetes_validate import utils as kv
 
 import kustomize_lite
+from cli_check import parse
 from control_plane.settings import _VARIABLES
 from kustomize_lite import containers, pod_spec
 
@@ -241,3 +242,11 @@ def test_production_overlay():
     assert ports == {80: "http", 443: "https"}
     images = {c["image"] for d in docs for c in containers(d)}
     assert images == {"registry.example.com/sluice:0.1.0"}
+
+
+@pytest.mark.parametrize("name", ["base", "overlays/production"])
+def test_every_command_parses_with_the_sluice_cli(name, monkeypatch):
+    commands = {tuple(c["command"]) for d in rendered(name) for c in containers(d)}
+    handlers = {parse(monkeypatch, list(cmd[1:])) for cmd in commands}
+    assert all(cmd[0] == "sluice" for cmd in commands), commands
+    assert handlers == {"_api", "_controller", "_gateway", "_shipper", "_migrate"}
