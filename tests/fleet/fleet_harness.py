@@ -114,9 +114,13 @@ class Fleet:
         return self
 
     def _start_postgres(self) -> None:
-        data = self.tmp / "pg"
-        self.pg = postgres.Cluster(data, port=PG_PORT)
+        self.pg = postgres.Cluster(self.tmp / "pg", port=PG_PORT)
         self.pg.init()
+        self.start_postgres()
+
+    def start_postgres(self) -> None:
+        """PostgreSQL on the control-plane host's loopback (again, after stop_postgres)."""
+        data = self.pg.datadir
         owner = postgres._owner()
         cmd = [str(postgres._bindir() / "pg_ctl"), "-D", str(data), "-l",
                str(data / "server.log"), "-w", "-t", "30", "start", "-o",
@@ -129,6 +133,9 @@ class Fleet:
             log = (data / "server.log").read_text(errors="replace")[-2000:] \
                 if (data / "server.log").exists() else ""
             raise FleetError(f"PostgreSQL did not start: {res.stderr}\n{log}")
+
+    def stop_postgres(self) -> None:
+        self.pg.stop()
 
     def env(self, **extra: str) -> dict:
         env = dict(os.environ,

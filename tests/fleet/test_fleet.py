@@ -166,3 +166,46 @@ def snapshot_status(gw) -> dict:
                      headers={"Authorization": f"Bearer {gw.token}"})
     r.raise_for_status()
     return r.json()
+
+
+def test_postgres_down_the_fleet_keeps_serving(healthy_fleet):
+    """PostgreSQL stops under load: callers notice nothing, the admin API says 503
+    database_unavailable (and its /readyz fails), and once it is back a change made
+    through the API reaches every gateway again."""
+    fleet = healthy_fleet
+    demo = chat_model(fleet, "chat-nodb")
+    version = fleet.admin.config_version()
+    for gw in fleet.gateway_hosts:
+        eventually(lambda: gw.served_version() >= version, timeout=15)
+    api_root = fleet.admin_url.rsplit("/api/v1", 1)[0]
+
+    def config_status() -> requests.Response:
+        return requests.get(fleet.admin_url + "/config", timeout=10,
+                            headers={"Authorization": f"Bearer {fleet.admin_token}"})
+
+    with Load(fleet.lb_url, demo, threads=4) as load:
+        eventually(lambda: load.total >= 100, timeout=30)
+        fleet.stop_postgres()
+        stopped = time.monotonic()
+        try:
+            eventually(lambda: config_status().status_code == 503, timeout=20,
+                       message="the API answering 503 without its database")
+            r = config_status()
+            ready = requests.get(api_root + "/readyz", timeout=10).status_code
+            eventually(lambda: load.summary(since=stopped)["total"] >= 300, timeout=30)
+        finally:
+            fleet.start_postgres()
+    during = load.summary(since=stopped)
+    print(f"\nPostgreSQL down: API {r.status_code} {r.json()['error']['type']}, /readyz "
+          f"{ready}; through the balancer meanwhile and after: {during}")
+    assert r.json()["error"]["type"] == "database_unavailable" and ready == 503
+    assert during["not_200"] == 0, during
+
+    eventually(lambda: config_status().status_code == 200, timeout=30,
+               message="the API answering again")
+    late = chat_model(fleet, "chat-nodb-after")
+    after = fleet.admin.config_version()
+    for gw in fleet.gateway_hosts:
+        eventually(lambda: gw.served_version() >= after, timeout=30,
+                   message=f"{gw.name} on version {after} after PostgreSQL came back")
+        assert chat(gw.url, late).status_code == 200
