@@ -89,7 +89,8 @@ class Fleet:
 
     def start(self) -> "Fleet":
         hosts = {"cp": 10, "models": 20}
-        hosts.update({f"gw{i}": 30 + i for i in range(1, self.gateways + 1)})
+        # one more gateway host than the balancer knows: "spare", for a gateway that joins
+        hosts.update({f"gw{i}": 30 + i for i in range(1, self.gateways + 2)})
         self.net = Net(hosts)
         self.net.create()
         self._start_postgres()
@@ -162,11 +163,28 @@ class Fleet:
         if res.returncode != 0:
             raise FleetError(f"{args} failed in {host}: {res.stdout[-2000:]}{res.stderr[-2000:]}")
 
+    @property
+    def controller_config(self) -> Path:
+        """The controllers' SLUICE_CONFIG file (re-read on SIGHUP)."""
+        return self.tmp / "controller.env"
+
+    def list_gateways(self, names: list[str]) -> None:
+        """The static list (SLUICE_GATEWAYS) the controllers push to, from their next
+        start or SIGHUP."""
+        urls = ",".join(self.gateway(n).internal_url for n in names)
+        self.controller_config.write_text(f"SLUICE_GATEWAYS={urls}\n")
+
     def start_controller(self, name: str):
-        extra = {} if self.membership else {
-            "SLUICE_GATEWAYS": ",".join(g.internal_url for g in self.gateway_hosts)}
+        if not self.membership and not self.controller_config.exists():
+            self.list_gateways(self.gateway_names)
+        extra = {} if self.membership else {"SLUICE_CONFIG": str(self.controller_config)}
         return self.spawn("cp", name, [sys.executable, "-m", "control_plane.cli",
                                        "controller"], **extra)
+
+    @property
+    def spare(self) -> str:
+        """The gateway host outside the balancer and the static list."""
+        return f"gw{self.gateways + 1}"
 
     def start_gateway(self, name: str):
         gw = self.gateway(name)

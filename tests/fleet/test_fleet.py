@@ -28,6 +28,37 @@ def test_every_gateway_serves_the_current_version_through_the_balancer(healthy_f
     assert answered == {f"{gw.addr}:8000" for gw in fleet.gateway_hosts}
 
 
+def test_a_listed_gateway_joins_and_receives_the_current_snapshot(healthy_fleet):
+    """A fourth gateway host: its gateway answers 503 until it has a snapshot; added to
+    the controller's static list (SLUICE_GATEWAYS in its SLUICE_CONFIG file, SIGHUP),
+    it gets the current version at once. Statically listed gateways keep working
+    beside self-registration (issue 12), so this stays true after membership."""
+    fleet = healthy_fleet
+    demo = chat_model(fleet, "chat-join-static")
+    version = fleet.admin.config_version()
+    spare = fleet.gateway(fleet.spare)
+    fleet.start_gateway(fleet.spare)
+    try:
+        before = chat(spare.url, demo).status_code
+        assert spare.served_version() == 0 and before == 503, before
+        fleet.list_gateways(fleet.gateway_names + [fleet.spare])
+        started = time.monotonic()
+        fleet.children["controller1"].send_signal(signal.SIGHUP)
+        eventually(lambda: spare.served_version() >= version, timeout=20,
+                   message=f"{fleet.spare} receiving version {version}")
+        took = time.monotonic() - started
+        assert chat(spare.url, demo).status_code == 200
+        print(f"\n{fleet.spare} joined: answered {before} without a snapshot, served "
+              f"version {version} {took:.1f} s after the controller's SIGHUP")
+    finally:
+        fleet.list_gateways(fleet.gateway_names)
+        fleet.children["controller1"].send_signal(signal.SIGHUP)
+        for row in fleet.admin.list("gateways"):
+            if row["internal_url"] == spare.internal_url:
+                fleet.admin.delete("gateways", row["id"])
+        fleet.kill(fleet.spare, signal.SIGTERM)
+
+
 def test_gateway_cut_off_from_the_balancer_under_load(healthy_fleet):
     """Unplug gw2 while 8 callers go through the balancer: the requests it held and
     those sent to it next time out or fail to connect and are retried on another
