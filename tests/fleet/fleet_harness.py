@@ -8,8 +8,11 @@
                                                    │     admin API, controller(s)
                                                    ├── veth ── models    10.200.N.20
                                                    │     demo backends
-                                                   └── veth ── gw1..gw3  10.200.N.31..33
-                                                         `sluice gateway` (nginx + Lua)
+                                                   ├── veth ── gw1..gw3  10.200.N.31..33
+                                                   │     `sluice gateway` (nginx + Lua)
+                                                   └── veth ── gw4       10.200.N.34
+                                                         spare: not behind the balancer,
+                                                         started by a test that needs it
 
 Every host is a namespace (fleet_net.py) with its own address on one private /24 of
 10.200.0.0/16 (N is picked free at random) and no default route: nothing it sends
@@ -41,6 +44,7 @@ from control_plane.runtime.redis_server import _read as read_resp
 from fleet_net import FleetError, Host, Net
 
 REPO = Path(__file__).resolve().parents[2]
+# Fixed, but each on a host (namespace) of its own: nothing else listens there.
 API_PORT, GATEWAY_PORT, INTERNAL_PORT, PG_PORT, REDIS_PORT = 8080, 8000, 8001, 5432, 6379
 BACKEND_PORT = 9101
 
@@ -66,9 +70,9 @@ class GatewayHost(Host):
 
 @dataclass
 class Fleet:
-    """The control-plane host, three gateway hosts, a models host and the load
-    balancer, started from real processes. `membership`: gateways register
-    themselves (SLUICE_CONTROL_PLANE_URL) instead of the controller's static
+    """The control-plane host, `gateways` gateway hosts behind the load balancer and a
+    spare one, a models host, started from real processes. `membership`: gateways
+    register themselves (SLUICE_CONTROL_PLANE_URL) instead of the controllers' static
     SLUICE_GATEWAYS list."""
 
     tmp: Path
@@ -195,7 +199,8 @@ class Fleet:
                  "SLUICE_INTERNAL_HOST": "0.0.0.0",
                  "SLUICE_GATEWAY_PORT": str(GATEWAY_PORT),
                  "SLUICE_INTERNAL_PORT": str(INTERNAL_PORT),
-                 "SLUICE_REDIS_URL": f"redis://:{self.redis_password}@{self.cp.addr}:{REDIS_PORT}/0"}
+                 "SLUICE_REDIS_URL":
+                     f"redis://:{self.redis_password}@{self.cp.addr}:{REDIS_PORT}/0"}
         if self.membership:
             extra.update(SLUICE_CONTROL_PLANE_URL=f"http://{self.cp.addr}:{API_PORT}",
                          SLUICE_GATEWAY_NAME=name,
@@ -321,12 +326,15 @@ http {{
     # --- teardown ---------------------------------------------------------------
 
     def stop(self) -> None:
-        for name in list(self.children):
-            self.kill(name, signal.SIGTERM)
-        if self.pg is not None:
-            self.pg.stop()
-        if self.net is not None:
-            self.net.remove()
+        """Every process, then the network: the namespaces go whatever failed before."""
+        try:
+            for name in list(self.children):
+                self.kill(name, signal.SIGTERM)
+            if self.pg is not None:
+                self.pg.stop()
+        finally:
+            if self.net is not None:
+                self.net.remove()
 
 
 def new_fleet(**kw) -> Fleet:
