@@ -28,6 +28,16 @@ def fleet():
 
 
 @pytest.fixture
+def report(capsys):
+    """Print a scenario's counts into the test run's output (CI logs included), not
+    only when the test fails."""
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(f"\n    [fleet] {line}", flush=True)
+    return say
+
+
+@pytest.fixture
 def healthy_fleet(fleet):
     """Every cable in, no partition, every gateway on the current version; healed
     again after the test, whatever it cut."""

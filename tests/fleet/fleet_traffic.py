@@ -89,6 +89,15 @@ class Load:
                 "statuses": dict(Counter(a.status for a in answers)),
                 "retried": sum(1 for a in answers if len(a.upstreams) > 1),
                 "answered_by": dict(Counter(a.upstreams[-1] for a in answers
-                                            if a.upstreams and a.status == 200)),
-                "by_gateway": dict(Counter((a.upstreams[-1] if a.upstreams else "-", a.status)
-                                           for a in answers))}
+                                            if a.upstreams and a.status == 200))}
+
+    def describe(self, since: float = 0.0) -> str:
+        """The summary in one line: "2338 requests: 200 x2338; 8 retried; by gateway
+        (last octet: status x count): .31 200x1111, …"."""
+        answers = [a for a in self.answers if a.started >= since]
+        s = self.summary(since)
+        statuses = ", ".join(f"{k} x{v}" for k, v in sorted(s["statuses"].items()))
+        by = Counter((a.upstreams[-1].split(":")[0].rsplit(".", 1)[-1] if a.upstreams
+                      else "-", a.status) for a in answers)
+        per = ", ".join(f".{gw} {status}x{n}" for (gw, status), n in sorted(by.items()))
+        return f"{s['total']} requests: {statuses}; {s['retried']} retried; by gateway: {per}"

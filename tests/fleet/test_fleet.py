@@ -14,7 +14,8 @@ from fleet_traffic import Load, chat, chat_model
 from waiting import eventually
 
 
-def test_every_gateway_serves_the_current_version_through_the_balancer(healthy_fleet):
+def test_every_gateway_serves_the_current_version_through_the_balancer(healthy_fleet,
+                                                                       report):
     fleet = healthy_fleet
     demo = chat_model(fleet, "chat-fleet")
     version = fleet.admin.config_version()
@@ -23,12 +24,12 @@ def test_every_gateway_serves_the_current_version_through_the_balancer(healthy_f
                    message=f"{gw.name} serving {version}")
         assert chat(gw.url, demo).status_code == 200, gw.name
     answered = {chat(fleet.lb_url, demo).headers["X-Fleet-Upstream"] for _ in range(9)}
-    print(f"\nversion {version} on {len(fleet.gateway_hosts)} gateways; "
+    report(f"version {version} on {len(fleet.gateway_hosts)} gateways; "
           f"the balancer used {sorted(answered)}")
     assert answered == {f"{gw.addr}:8000" for gw in fleet.gateway_hosts}
 
 
-def test_a_listed_gateway_joins_and_receives_the_current_snapshot(healthy_fleet):
+def test_a_listed_gateway_joins_and_receives_the_current_snapshot(healthy_fleet, report):
     """A fourth gateway host: its gateway answers 503 until it has a snapshot; added to
     the controller's static list (SLUICE_GATEWAYS in its SLUICE_CONFIG file, SIGHUP),
     it gets the current version at once. Statically listed gateways keep working
@@ -48,7 +49,7 @@ def test_a_listed_gateway_joins_and_receives_the_current_snapshot(healthy_fleet)
                    message=f"{fleet.spare} receiving version {version}")
         took = time.monotonic() - started
         assert chat(spare.url, demo).status_code == 200
-        print(f"\n{fleet.spare} joined: answered {before} without a snapshot, served "
+        report(f"{fleet.spare} joined: answered {before} without a snapshot, served "
               f"version {version} {took:.1f} s after the controller's SIGHUP")
     finally:
         fleet.list_gateways(fleet.gateway_names)
@@ -59,7 +60,7 @@ def test_a_listed_gateway_joins_and_receives_the_current_snapshot(healthy_fleet)
         fleet.kill(fleet.spare, signal.SIGTERM)
 
 
-def test_gateway_cut_off_from_the_balancer_under_load(healthy_fleet):
+def test_gateway_cut_off_from_the_balancer_under_load(healthy_fleet, report):
     """Unplug gw2 while 8 callers go through the balancer: the requests it held and
     those sent to it next time out or fail to connect and are retried on another
     gateway, so callers see (almost) nothing."""
@@ -80,7 +81,8 @@ def test_gateway_cut_off_from_the_balancer_under_load(healthy_fleet):
                    message="2000 requests after the cut")
     fleet.net.link("gw2", up=True)
     whole, after = load.summary(), load.summary(since=cut_at)
-    print(f"\ncut gw2 under load: whole run {whole}\n  started after the cut: {after}")
+    report(f"cut gw2 under load: {load.describe()}; of them started after the cut: "
+           f"{load.describe(since=cut_at)}")
     assert whole["not_200"] < 0.001 * whole["total"], whole
     assert after["retried"] >= 1, "no request was retried: the cut was not exercised"
     # after the cut, gw2 answered nothing that was sent to it later than the
@@ -90,7 +92,7 @@ def test_gateway_cut_off_from_the_balancer_under_load(healthy_fleet):
     assert not late, late[:3]
 
 
-def test_gateway_partitioned_from_the_control_plane(healthy_fleet):
+def test_gateway_partitioned_from_the_control_plane(healthy_fleet, report):
     """gw3 loses the control-plane host: it keeps serving on the snapshot it has, the
     API shows it behind (acknowledged version, last error), and it catches up on
     the change it missed once the partition heals."""
@@ -117,7 +119,7 @@ def test_gateway_partitioned_from_the_control_plane(healthy_fleet):
     row = eventually(behind_in_api, timeout=20, message="the API showing gw3 behind")
     statuses = [chat(gw3.url, demo).status_code for _ in range(50)]
     unknown = chat(gw3.url, demo, model="chat-late")   # a model it never heard of
-    print(f"\npartitioned gw3: serves version {gw3.served_version()} of {after}; "
+    report(f"partitioned gw3: serves version {gw3.served_version()} of {after}; "
           f"{statuses.count(200)}/50 answered 200 on its snapshot; the model it missed: "
           f"{unknown.status_code}; API: acked {row['acked_version']}, "
           f"last_error {row['last_error'][:80]!r}")
@@ -131,7 +133,7 @@ def test_gateway_partitioned_from_the_control_plane(healthy_fleet):
                message="gw3 catching up after the partition")
     caught_up = time.monotonic() - healed
     assert chat(gw3.url, late).status_code == 200
-    print(f"gw3 caught up on version {after} {caught_up:.1f} s after the partition healed")
+    report(f"gw3 caught up on version {after} {caught_up:.1f} s after the partition healed")
 
     def in_step_in_api():   # the controller records the acknowledgement after the push
         [row] = [g for g in fleet.admin.list("gateways") if g["internal_url"] == gw3.internal_url]
@@ -139,7 +141,7 @@ def test_gateway_partitioned_from_the_control_plane(healthy_fleet):
     eventually(in_step_in_api, timeout=10, message="the API showing gw3 in step again")
 
 
-def test_cluster_limits_stay_exact_across_three_gateways(healthy_fleet):
+def test_cluster_limits_stay_exact_across_three_gateways(healthy_fleet, report):
     """One Redis on the control-plane host counts for every gateway: a daily quota and
     a token bucket admit exactly their numbers, whichever gateway a request hits."""
     fleet = healthy_fleet
@@ -155,7 +157,7 @@ def test_cluster_limits_stay_exact_across_three_gateways(healthy_fleet):
             eventually(lambda: load.summary()["statuses"].get(429, 0) >= 60, timeout=30,
                        message=f"{demo['model']}: refusals past the limit")
         s = load.summary()
-        print(f"\n{demo['model']} (limit {limit}) over 3 gateways: {s}")
+        report(f"{demo['model']} (limit {limit}) over 3 gateways: {load.describe()}")
         assert s["statuses"].get(200) == limit, s
         assert set(s["statuses"]) == {200, 429}, s
         assert len(s["answered_by"]) == 3, s    # every gateway admitted some
@@ -164,7 +166,7 @@ def test_cluster_limits_stay_exact_across_three_gateways(healthy_fleet):
 
 
 def test_a_restarted_gateway_serves_its_last_known_good_snapshot_then_catches_up(
-        healthy_fleet):
+        healthy_fleet, report):
     """gw1 restarts while cut off from the control plane: it comes back on the
     snapshot file it wrote (source "lkg") and serves, then takes the version it
     missed once the control plane reaches it again."""
@@ -181,7 +183,7 @@ def test_a_restarted_gateway_serves_its_last_known_good_snapshot_then_catches_up
     fleet.start_gateway("gw1")
     status = snapshot_status(gw1)
     statuses = [chat(gw1.url, demo).status_code for _ in range(30)]
-    print(f"\ngw1 restarted cut off from the control plane: source {status['source']!r}, "
+    report(f"gw1 restarted cut off from the control plane: source {status['source']!r}, "
           f"version {status['version']} of {after}; {statuses.count(200)}/30 answered 200")
     assert status["source"] == "lkg" and before <= status["version"] < after, status
     assert statuses == [200] * 30
@@ -199,7 +201,7 @@ def snapshot_status(gw) -> dict:
     return r.json()
 
 
-def test_postgres_down_the_fleet_keeps_serving(healthy_fleet):
+def test_postgres_down_the_fleet_keeps_serving(healthy_fleet, report):
     """PostgreSQL stops under load: callers notice nothing, the admin API says 503
     database_unavailable (and its /readyz fails), and once it is back a change made
     through the API reaches every gateway again."""
@@ -227,8 +229,8 @@ def test_postgres_down_the_fleet_keeps_serving(healthy_fleet):
         finally:
             fleet.start_postgres()
     during = load.summary(since=stopped)
-    print(f"\nPostgreSQL down: API {r.status_code} {r.json()['error']['type']}, /readyz "
-          f"{ready}; through the balancer meanwhile and after: {during}")
+    report(f"PostgreSQL down: API {r.status_code} {r.json()['error']['type']}, /readyz "
+          f"{ready}; through the balancer meanwhile and after: {load.describe(since=stopped)}")
     assert r.json()["error"]["type"] == "database_unavailable" and ready == 503
     assert during["not_200"] == 0, during
 

@@ -55,7 +55,7 @@ def all_on(fleet, version: int, names: list[str], timeout: float = 20.0) -> floa
     return time.monotonic() - start
 
 
-def test_a_gateway_joins_and_receives_the_current_snapshot(healthy):
+def test_a_gateway_joins_and_receives_the_current_snapshot(healthy, report):
     fleet = healthy
     demo = chat_model(fleet, "chat-join")
     version = fleet.admin.config_version()
@@ -71,7 +71,7 @@ def test_a_gateway_joins_and_receives_the_current_snapshot(healthy):
     joined = eventually(lambda: (r := row(fleet, "gw3")) and r["live"]
                         and r["acked_version"] == version and r, timeout=20)
     took = time.monotonic() - started
-    print(f"\ngw3 joined: live, on version {joined['acked_version']} {took:.1f} s after "
+    report(f"gw3 joined: live, on version {joined['acked_version']} {took:.1f} s after "
           f"start; /readyz answered {ready[0]} first, then 200 ({len(ready)} polls)")
     assert gw3.served_version() == version
     assert set(ready) <= {200, 503}
@@ -81,7 +81,7 @@ def test_a_gateway_joins_and_receives_the_current_snapshot(healthy):
         {"gw1", "gw2", "gw3"}
 
 
-def test_a_partitioned_gateway_is_marked_stale_and_catches_up(healthy):
+def test_a_partitioned_gateway_is_marked_stale_and_catches_up(healthy, report):
     fleet = healthy
     demo = chat_model(fleet, "chat-stale")
     version = fleet.admin.config_version()
@@ -96,7 +96,7 @@ def test_a_partitioned_gateway_is_marked_stale_and_catches_up(healthy):
     all_on(fleet, after, [n for n in running if n != "gw2"])
     gw2 = fleet.gateway("gw2")
     statuses = [chat(gw2.url, demo).status_code for _ in range(30)]
-    print(f"\ngw2 partitioned: live={stale['live']}, serves {gw2.served_version()} of "
+    report(f"gw2 partitioned: live={stale['live']}, serves {gw2.served_version()} of "
           f"{after}; {statuses.count(200)}/30 answered 200 on its snapshot")
     assert statuses == [200] * 30 and gw2.served_version() < after
 
@@ -104,12 +104,12 @@ def test_a_partitioned_gateway_is_marked_stale_and_catches_up(healthy):
     healed = time.monotonic()
     back = eventually(lambda: (r := row(fleet, "gw2")) and r["live"]
                       and r["acked_version"] >= after and r, timeout=30)
-    print(f"gw2 live again on version {back['acked_version']} "
+    report(f"gw2 live again on version {back['acked_version']} "
           f"{time.monotonic() - healed:.1f} s after the partition healed")
     assert chat(gw2.url, late).status_code == 200
 
 
-def test_the_standby_controller_takes_over(healthy):
+def test_the_standby_controller_takes_over(healthy, report):
     """Kill each controller in turn (whichever was active, one kill hits it): config
     changes still reach every live gateway."""
     fleet = healthy
@@ -119,7 +119,7 @@ def test_the_standby_controller_takes_over(healthy):
         demo = chat_model(fleet, f"chat-after-{victim}")
         version = fleet.admin.config_version()
         took = all_on(fleet, version, names, timeout=30)
-        print(f"\n{victim} killed ({other} left): version {version} on "
+        report(f"{victim} killed ({other} left): version {version} on "
               f"{len(names)} gateways after {took:.1f} s")
         for name in names:
             assert chat(fleet.gateway(name).url, demo).status_code == 200
