@@ -15,11 +15,14 @@ PACKAGES=(
   chromium chromium-driver
 )
 
-# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
-# start their own redis-server (cluster mode); images that only run Sluice skip both
-# (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over the network).
+# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, the tests
+# start their own redis-server (cluster mode), docker-compose checks
+# docker-compose.yml (`config` needs no Docker daemon) and iproute2 builds the
+# multi-host tests' network namespaces (tests/fleet); images that only run Sluice
+# skip these (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over
+# the network).
 # curl: the HTTPS / HTTP/2 tests call the gateway with it.
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl)
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
