@@ -13,6 +13,12 @@ Starts, in one temporary prefix:
             set high enough never to refuse;
   policy+redis  (--redis) the policy target on a second gateway in cluster mode,
             its limits counted in a private redis-server;
+  baseline-tls, sluice-tls  (--https) the same two over HTTPS: an ssl listener beside
+            the plain one in each, the same certificate (a private CA's, ECDSA P-256)
+            and the TLS settings of nginx/nginx.conf.tmpl, keep-alive clients;
+  baseline-tls-close, sluice-tls-close  (--https) the same, handshake-heavy: wrk sends
+            `Connection: close`, so every request is a new connection and a full
+            TLS handshake;
 
 then runs wrk (bench/chat.lua: a small chat body with an API key) against baseline
 and sluice in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
@@ -94,14 +100,15 @@ def upstream_http(port: int) -> str:
     }}"""
 
 
-def baseline_http(port: int, upstream_port: int) -> str:
+def baseline_http(port: int, upstream_port: int, extra: str = "") -> str:
+    """`extra`: more lines for the server block (the HTTPS listener of --https)."""
     return f"""
     upstream bench_upstream {{
         server 127.0.0.1:{upstream_port};
         keepalive 64;
     }}
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port} backlog=4096;{extra}
         location / {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -125,6 +132,27 @@ def start_nginx(prefix: Path, workers: int, http_body: str, port: int):
         raise BenchError(f"nginx in {prefix} did not start:\n"
                          + (log.read_text() if log.exists() else "")) from None
     return proc
+
+
+def tls_policy() -> list[str]:
+    """The ssl_* lines of the Sluice template's public server that are not
+    placeholders: protocols, ciphers, tickets, session cache. The baseline gets the
+    same, so that the two differ only in what Sluice does per request."""
+    from control_plane.runtime.gateway import TEMPLATE
+
+    public = TEMPLATE.read_text().split("# --- public listener", 1)[1].split("location / {", 1)[0]
+    lines = [line.strip() for line in public.splitlines()
+             if line.strip().startswith("ssl_") and "{{" not in line]
+    if not any(line.startswith("ssl_protocols") for line in lines):
+        raise BenchError("no ssl_protocols line in the public server of nginx.conf.tmpl")
+    return lines
+
+
+def baseline_tls_lines(tls_port: int, cert: Path, key: Path) -> str:
+    """The baseline's HTTPS listener: the Sluice listen options and TLS settings."""
+    lines = [f"listen 127.0.0.1:{tls_port} ssl http2 backlog=4096;",
+             f'ssl_certificate "{cert}";', f'ssl_certificate_key "{key}";', *tls_policy()]
+    return "".join("\n        " + line for line in lines)
 
 
 # ---- the Sluice gateway -------------------------------------------------------------
@@ -162,7 +190,9 @@ def bench_snapshot(upstream_port: int, key: str, policy_key: str,
 
 def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
                   policy_key: str, redis_url: str | None = None,
-                  max_in_flight: int | None = None):
+                  max_in_flight: int | None = None,
+                  tls: tuple[int, Path, Path] | None = None):
+    """`tls`: (port, certificate chain, key) of an HTTPS listener beside the plain one."""
     try:
         from control_plane.runtime.gateway import Gateway, GatewayConfig
     except ImportError as exc:
@@ -171,7 +201,9 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
     port, internal_port = free_ports(2)
     cfg = GatewayConfig(prefix=prefix, port=port, internal_port=internal_port,
                         token="bench-" + hashlib.sha256(key.encode()).hexdigest()[:16],
-                        workers=workers, redis_url=redis_url)
+                        workers=workers, redis_url=redis_url,
+                        **({"tls_port": tls[0], "tls_cert": tls[1], "tls_key": tls[2]}
+                           if tls else {}))
     gateway = Gateway(cfg)
     try:
         gateway.start()
@@ -189,10 +221,12 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
 
 # ---- checks (wrk runs: bench/wrk.py) ------------------------------------------------------------
 
-def check_answers(name: str, url: str, key: str | None) -> None:
-    """One real request before measuring: 200 and the upstream's answer, passed through."""
+def check_answers(name: str, url: str, key: str | None, verify: str | bool = True) -> None:
+    """One real request before measuring: 200 and the upstream's answer, passed through.
+    `verify`: the CA file for https targets."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
+                         verify=verify,
                          json={"model": MODEL,
                                "messages": [{"role": "user", "content": "hi"}]})
     if resp.status_code != 200:
@@ -209,11 +243,13 @@ def check_answers(name: str, url: str, key: str | None) -> None:
         raise BenchError("policy answered without X-RateLimit-Limit: the plan was not applied")
 
 
-def show_failures(name: str, url: str, key: str | None, n: int = 5) -> None:
+def show_failures(name: str, url: str, key: str | None, n: int = 5,
+                  verify: str | bool = True) -> None:
     """Print a few answers from a target that answered non-2xx under load."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     for _ in range(n):
         resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
+                             verify=verify,
                              json={"model": MODEL,
                                    "messages": [{"role": "user", "content": "hi"}]})
         print(f"  {name}: {resp.status_code} {resp.text[:300].rstrip()}", file=sys.stderr)
@@ -239,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--redis", action="store_true",
                         help="also the policy target on a gateway in cluster mode (Redis)")
+    parser.add_argument("--https", action="store_true",
+                        help="also baseline and sluice over HTTPS (same certificate), "
+                             "keep-alive and with a new connection per request")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary prefix (configs, logs)")
     args = parser.parse_args(argv)
@@ -257,18 +296,42 @@ def main(argv: list[str] | None = None) -> int:
     gateway = None
     gateways: list = []
     redis = None
+    # --https: wrk's extra headers per target, and the CA that check_answers trusts
+    wrk_headers: dict[str, list[str]] = {}
+    verify: str | bool = True
     try:
         upstream_port, baseline_port = free_ports(2)
+        baseline_tls, sluice_tls = ("", None)
+        if args.https:
+            from control_plane.runtime.certs import CertAuthority
+
+            ca = CertAuthority.create(top / "tls", "Sluice bench CA")
+            cert, cert_key = ca.issue(top / "tls", "server", ["127.0.0.1", "localhost"])
+            verify = str(ca.cert)
+            baseline_tls_port, sluice_tls_port = free_ports(2)
+            baseline_tls = baseline_tls_lines(baseline_tls_port, cert, cert_key)
+            sluice_tls = (sluice_tls_port, cert, cert_key)
         procs.append(start_nginx(top / "upstream", 1, upstream_http(upstream_port),
                                  upstream_port))
         procs.append(start_nginx(top / "baseline", args.workers,
-                                 baseline_http(baseline_port, upstream_port),
+                                 baseline_http(baseline_port, upstream_port, baseline_tls),
                                  baseline_port))
         targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
         masters = {"baseline": procs[-1].pid}
+        if args.https:
+            for name in ("baseline-tls", "baseline-tls-close"):
+                targets[name] = (f"https://127.0.0.1:{baseline_tls_port}", None)
+                masters[name] = masters["baseline"]
+            wrk_headers["baseline-tls-close"] = ["Connection: close"]
         if not args.baseline_only:
             gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
-                                    policy_key, max_in_flight=args.max_in_flight)
+                                    policy_key, max_in_flight=args.max_in_flight,
+                                    tls=sluice_tls)
+            if args.https:
+                for name in ("sluice-tls", "sluice-tls-close"):
+                    targets[name] = (gateway.tls_url, key)
+                    masters[name] = gateway.proc.pid
+                wrk_headers["sluice-tls-close"] = ["Connection: close"]
             targets["sluice"] = (gateway.url.rstrip("/"), key)
             targets["policy"] = (gateway.url.rstrip("/"), policy_key)
             if args.redis:
@@ -281,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 masters["policy+redis"] = gateways[-1].proc.pid
             masters["sluice"] = masters["policy"] = gateway.proc.pid
         for name, (url, k) in targets.items():
-            check_answers(name, url, k)
+            check_answers(name, url, k, verify)
         if redis is not None and not redis.command("KEYS", "sluice:qd:*"):
             raise BenchError("policy+redis did not count in Redis (see its error.log)")
 
@@ -290,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
               f"nginx workers {args.workers}, upstream 1 worker", flush=True)
         if args.warmup > 0:
             for name, (url, k) in targets.items():
-                run_wrk(url, k, args.warmup, args.connections, threads)
+                run_wrk(url, k, args.warmup, args.connections, threads,
+                        headers=wrk_headers.get(name))
 
         results: dict[str, list[dict]] = {name: [] for name in targets}
         print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
@@ -298,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(1, args.rounds + 1):
             for name, (url, k) in targets.items():
                 r = run_wrk(url, k, args.duration, args.connections, threads,
-                            masters[name])
+                            masters[name], headers=wrk_headers.get(name))
                 results[name].append(r)
                 print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
                       f"{r['p99_ms']:>8.3f} {r.get('cpu_us', 0):>8.1f} "
@@ -325,6 +389,21 @@ def main(argv: list[str] | None = None) -> int:
             suffix = {"sluice": "", "policy": "_policy"}.get(name, "_redis")
             summary["ratio_rps" + suffix] = ratio
             summary["ratio_cpu" + suffix] = cpu_ratio
+        # HTTPS: Sluice terminating TLS against plain nginx terminating TLS
+        for name, base in (("sluice-tls", "baseline-tls"),
+                           ("sluice-tls-close", "baseline-tls-close")):
+            if name not in summary or base not in summary:
+                continue
+            b, s = summary[base], summary[name]
+            ratio = s["rps"] / b["rps"]
+            cpu_ratio = b["cpu_us"] / s["cpu_us"]
+            print(f"{name}/{base}: throughput {ratio:.3f} ({ratio:.1%}), "
+                  f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, p99 x{s['p99_ms'] / b['p99_ms']:.2f}, "
+                  f"worker CPU per request {s['cpu_us']:.1f} us against {b['cpu_us']:.1f} us "
+                  f"(bound {cpu_ratio:.1%})")
+            suffix = "_tls" if name == "sluice-tls" else "_tls_close"
+            summary["ratio_rps" + suffix] = ratio
+            summary["ratio_cpu" + suffix] = cpu_ratio
         if args.json:
             args.json.write_text(json.dumps({
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -346,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL: {name} answered {bad} non-2xx responses; a few now:",
                       file=sys.stderr)
                 url, k = targets[name]
-                show_failures(name, url, k)
+                show_failures(name, url, k, verify=verify)
         return 1 if failed else 0
     except BenchError as exc:
         print(f"FAIL: {exc}", file=sys.stderr)

@@ -93,9 +93,13 @@ def worker_cpu_seconds(master_pid: int) -> float:
 
 
 def run_wrk(url: str, key: str | None, duration: float, connections: int,
-            threads: int, master_pid: int | None = None) -> dict:
+            threads: int, master_pid: int | None = None,
+            headers: list[str] | None = None) -> dict:
+    """`headers` ("Name: value") go on every request: "Connection: close" makes wrk
+    open a new connection (and, over https, do a full TLS handshake) per request."""
+    extra = [arg for h in headers or [] for arg in ("-H", h)]
     args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
-            "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
+            *extra, "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
     cpu0 = worker_cpu_seconds(master_pid) if master_pid else None
     out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
     if out.returncode != 0:

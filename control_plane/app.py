@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane import admin
-# usage, observability and openapi add routes to views.bp when imported
-from control_plane.api import errors, observability, openapi, usage, views  # noqa: F401
-from control_plane.db import make_engine, make_sessionmaker
+# usage, observability, probes and openapi add routes to views.bp when imported
+from control_plane.api import errors, observability, openapi, probes, usage, views  # noqa: F401
+from control_plane.db import make_engine, make_sessionmaker, normalize_url
 from control_plane.settings import SettingsError, load_settings
 
 MAX_BODY_BYTES = 1 << 20
@@ -61,13 +61,21 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     )
     app.config.update(overrides)
 
-    engine = make_engine(database_url)
+    # A database that does not answer turns into 503 database_unavailable after
+    # SLUICE_DB_CONNECT_TIMEOUT, not into a request hanging until gunicorn kills it;
+    # pool_pre_ping (db.make_engine) reconnects by itself once it is back.
+    connect_args = {}
+    url = normalize_url(database_url)
+    if url.get_backend_name() == "postgresql" and "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = settings.db_connect_timeout
+    engine = make_engine(database_url, connect_args=connect_args)
     app.extensions["sluice"] = Database(engine, make_sessionmaker(engine))
 
     errors.register_error_handlers(app)
     views.init_app(app)
     admin.init_app(app)
     observability.init_app(app)   # its routes joined views.bp when it was imported
+    app.register_blueprint(probes.bp)   # /healthz and /readyz, no token
     return app
 
 

@@ -50,7 +50,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    """nginx in the foreground from the generated config, until SIGINT/SIGTERM."""
+    """nginx in the foreground from the generated config, until SIGINT/SIGTERM (exit 0)
+    or until nginx dies (exit 1)."""
     import signal
     import threading
     from pathlib import Path
@@ -67,20 +68,36 @@ def _gateway(args: argparse.Namespace) -> int:
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
-        redis_failure=settings.redis_failure))
+        redis_failure=settings.redis_failure, plain=settings.gateway_plain,
+        **({"tls_port": settings.gateway_tls_port, "tls_cert": Path(settings.tls_cert),
+            "tls_key": Path(settings.tls_key)} if settings.tls_cert else {})))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: gw.reload())
+
+    def reload(*_):
+        # A renewed certificate that nginx refuses (a key that does not match, a
+        # truncated file) must not take the gateway down: keep serving the old one.
+        try:
+            gw.reload()
+        except (RuntimeError, ValueError, TimeoutError) as exc:
+            print(f"sluice gateway: reload refused, still serving the previous "
+                  f"configuration: {exc}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGHUP, reload)
     gw.start()
+    ports = ([f"{settings.gateway_port} (HTTP)"] if settings.gateway_plain else []) + \
+        ([f"{settings.gateway_tls_port} (HTTPS)"] if settings.tls_cert else [])
+    print(f"sluice gateway: nginx (master pid {gw.proc.pid}) serves on port"
+          f"{'s' if len(ports) > 1 else ''} {', '.join(ports)}", file=sys.stderr, flush=True)
     try:
-        while not stop.wait(0.5):
-            if gw.proc is None or gw.proc.poll() is not None:
-                print("sluice gateway: nginx exited", file=sys.stderr)
-                return 1
-        return 0
+        if gw.wait(stop) is None:
+            return 0
+        # exit non-zero so that systemd or Kubernetes starts the gateway again
+        print(f"sluice gateway: {gw.describe()}", file=sys.stderr)
+        return 1
     finally:
-        gw.stop()
+        gw.stop()   # also the workers a killed master left holding the ports
 
 
 def _create_admin(args: argparse.Namespace) -> int:

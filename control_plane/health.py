@@ -37,6 +37,7 @@ import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from control_plane.backend_tls import BackendClients, BackendTLS
 from control_plane.fanout import Notes, parallel
 from control_plane.models import Gateway
 from control_plane.records import BackendHealth
@@ -77,6 +78,8 @@ def classify(protocol: str, status: int, doc: Any) -> tuple[str, str]:
 class HealthLoop:
     def __init__(self, http: requests.Session, clock: Callable[[], float] = time.monotonic):
         self.http = http
+        # the probes' own clients: each https backend with its TLS settings
+        self.backends = BackendClients()
         self.clock = clock
         self.next_at = 0.0
         self.last_version = 0
@@ -115,6 +118,7 @@ class HealthLoop:
         """Start no more rounds; one in flight ends within its probes' timeout."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        self.backends.close()
 
     def run(self, settings: Settings, session_factory: Callable[[], Session],
             gateways: list[Gateway], snapshot: dict[str, Any]) -> dict[str, dict]:
@@ -168,7 +172,8 @@ class HealthLoop:
         if b.get("auth_header"):
             headers["Authorization"] = b["auth_header"]
         try:
-            r = self.http.get(url, headers=headers, timeout=settings.health_timeout)
+            r = self.backends.get(url, BackendTLS.from_snapshot(b), headers=headers,
+                                  timeout=settings.health_timeout)
         except requests.RequestException as exc:
             return "unreachable", type(exc).__name__
         try:

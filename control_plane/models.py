@@ -98,6 +98,17 @@ class Backend(Timestamps, Base):
     # The Authorization value the gateway sends to this backend (the caller's never
     # reaches it). A secret: write-only in the admin API.
     auth_header: Mapped[str | None] = mapped_column(Text)
+    # https:// backends only (services check). Verify the backend's certificate
+    # against tls_ca (PEM; NULL: the system store) under tls_server_name (NULL: the
+    # URL's host, also sent as SNI). Off only when an operator says so.
+    tls_verify: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    tls_ca: Mapped[str | None] = mapped_column(Text, nullable=True)
+    tls_server_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    # mTLS: the certificate (chain) and key the gateway presents. Secrets like
+    # auth_header: write-only in the admin API, redacted in the audit trail and in
+    # the snapshot the admin API shows; the gateway gets them only in its snapshot.
+    tls_client_cert: Mapped[str | None] = mapped_column(Text, nullable=True)
+    tls_client_key: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Set while drained (weight 0): the weight to restore. Not part of the snapshot.
     drained_weight: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Declared GPU class, for hosts without an agent; overrides what agents report.
@@ -123,6 +134,8 @@ class Backend(Timestamps, Base):
         CheckConstraint("metrics_format IN (" + ", ".join(f"'{f}'" for f in METRICS_FORMATS)
                         + ")", name="metrics_format_known"),
         CheckConstraint("max_in_flight > 0", name="max_in_flight_positive"),
+        CheckConstraint("(tls_client_cert IS NULL) = (tls_client_key IS NULL)",
+                        name="tls_client_pair"),
     )
 
 

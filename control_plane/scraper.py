@@ -24,6 +24,7 @@ from requests.adapters import HTTPAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from control_plane.backend_tls import BackendClients, BackendTLS
 from control_plane.fanout import Notes
 from control_plane.models import Backend
 from control_plane.services import prom_text, scrapes
@@ -38,8 +39,10 @@ MAX_BYTES = 8 << 20        # a vLLM answer is ~100 KiB; refuse anything absurd
 
 class Scraper:
     def __init__(self) -> None:
-        self.http = requests.Session()
-        self.http.mount("http://", HTTPAdapter(pool_maxsize=MAX_PARALLEL))
+        # one client per TLS setting: an https metrics_url is reached with its
+        # backend's TLS settings, as the gateway and the health probes reach it
+        self.http = BackendClients()
+        self.http.session(None).mount("http://", HTTPAdapter(pool_maxsize=MAX_PARALLEL))
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL,
                                         thread_name_prefix="sluice-scrape")
         self._lock = threading.Lock()
@@ -53,26 +56,29 @@ class Scraper:
             done, self._done = self._done, []
         with session_factory() as session:
             scrapes.store(session, done)
-            targets = session.execute(
-                select(Backend.id, Backend.name, Backend.metrics_url, Backend.metrics_format)
-                .where(Backend.enabled, Backend.metrics_url.is_not(None))).all()
+            targets = [(b.id, b.name, b.metrics_url, b.metrics_format, _tls(b))
+                       for b in session.scalars(
+                           select(Backend).where(Backend.enabled,
+                                                 Backend.metrics_url.is_not(None)))]
         started = 0
-        for bid, name, url, fmt in targets:
+        for bid, name, url, fmt, tls in targets:
             with self._lock:
                 if bid in self._inflight:
                     continue
                 self._inflight.add(bid)
-            self._pool.submit(self._scrape, bid, name, url, fmt)
+            self._pool.submit(self._scrape, bid, name, url, fmt, tls)
             started += 1
         return started
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.http.close()
 
-    def _scrape(self, bid: int, name: str, url: str, fmt: str) -> None:
+    def _scrape(self, bid: int, name: str, url: str, fmt: str,
+                tls: BackendTLS | None) -> None:
         outcome = None
         try:
-            text = self._fetch(url)
+            text = self._fetch(url, tls)
             reading = prom_text.parse(text, fmt)
             outcome = scrapes.Outcome(bid, fmt, _now(), reading.free_fraction, reading.values)
             self._notes(bid, None, ok_name=f"scrape of backend {name}")
@@ -90,8 +96,8 @@ class Scraper:
                     self._done.append(outcome)
                 self._inflight.discard(bid)
 
-    def _fetch(self, url: str) -> str:
-        with self.http.get(url, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), stream=True,
+    def _fetch(self, url: str, tls: BackendTLS | None) -> str:
+        with self.http.get(url, tls, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), stream=True,
                            headers={"Accept": "text/plain"}) as r:
             if r.status_code != 200:
                 raise requests.HTTPError(f"HTTP {r.status_code}")
@@ -100,6 +106,13 @@ class Scraper:
             raise ValueError(f"answer larger than {MAX_BYTES} bytes")
         return body.decode("utf-8", errors="replace")
 
+
+
+def _tls(b: Backend) -> BackendTLS | None:
+    """The TLS settings for the backend's metrics_url (None for http://)."""
+    return BackendTLS.for_url(b.metrics_url, verify=b.tls_verify, ca=b.tls_ca,
+                              server_name=b.tls_server_name, client_cert=b.tls_client_cert,
+                              client_key=b.tls_client_key)
 
 
 def _now() -> datetime:

@@ -30,6 +30,13 @@ class Settings:
     # body its access log keeps (PII-masked; 0 = none)
     gateway_host: str = "0.0.0.0"
     internal_host: str = "127.0.0.1"
+    # The public HTTPS listener (HTTP/2 by ALPN): on when a certificate is named. The
+    # certificate file is PEM, the server's first, then any intermediates (a chain);
+    # the key file PEM too. `gateway_plain` false turns the plain HTTP listener off.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    gateway_tls_port: int = 8443
+    gateway_plain: bool = True
     log_excerpts: int = 0
     # cluster mode: limits and quotas shared by every gateway through one Redis;
     # what a gateway does while Redis fails (see docs/contracts.md, "Cluster mode")
@@ -74,6 +81,17 @@ class Settings:
     breaker_min_requests: int = 20
     breaker_cooldown_s: float = 30.0
     breaker_probes: int = 1
+
+    # `sluice up` restarts a child that died after `restart_backoff` seconds, doubling
+    # with each death in a row up to `restart_backoff_max`; a child that stayed up
+    # `restart_reset_after` seconds starts over at `restart_backoff`.
+    restart_backoff: float = 1.0
+    restart_backoff_max: float = 30.0
+    restart_reset_after: float = 30.0
+    # The admin API's connections: how long to wait for PostgreSQL to accept one
+    # before answering 503 database_unavailable (and /readyz 503); whole seconds,
+    # libpq's minimum is 2.
+    db_connect_timeout: int = 3
 
     # Admin UI sign-in: this many wrong passwords in a row lock the account for
     # `admin_lockout_s` seconds (a correct password resets the count).
@@ -278,6 +296,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_INTERNAL_PORT": ("internal_port", _port),
     "SLUICE_GATEWAY_HOST": ("gateway_host", lambda v: v.strip() or "0.0.0.0"),
     "SLUICE_INTERNAL_HOST": ("internal_host", lambda v: v.strip() or "127.0.0.1"),
+    "SLUICE_TLS_CERT": ("tls_cert", _str),
+    "SLUICE_TLS_KEY": ("tls_key", _str),
+    "SLUICE_GATEWAY_TLS_PORT": ("gateway_tls_port", _port),
+    "SLUICE_GATEWAY_PLAIN": ("gateway_plain", _bool),
     "SLUICE_LOG_EXCERPTS": ("log_excerpts", _chars),
     "SLUICE_REDIS_URL": ("redis_url", _redis_url),
     "SLUICE_REDIS_FAILURE": ("redis_failure", _redis_failure),
@@ -312,6 +334,10 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_ADMIN_LOGIN_ATTEMPTS": ("admin_login_attempts", _count),
     "SLUICE_ADMIN_LOCKOUT_S": ("admin_lockout_s", _positive_float),
     "SLUICE_USAGE_INTERVAL": ("usage_interval", _positive_float),
+    "SLUICE_RESTART_BACKOFF": ("restart_backoff", _positive_float),
+    "SLUICE_RESTART_BACKOFF_MAX": ("restart_backoff_max", _positive_float),
+    "SLUICE_RESTART_RESET_AFTER": ("restart_reset_after", _positive_float),
+    "SLUICE_DB_CONNECT_TIMEOUT": ("db_connect_timeout", _count),
 }
 
 
@@ -369,4 +395,10 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
             if reason.startswith(("invalid literal", "could not convert")):
                 reason = "expected a number"
             raise SettingsError(f"{name}={raw!r}: {reason}") from None
+    if bool(kwargs.get("tls_cert")) != bool(kwargs.get("tls_key")):
+        raise SettingsError("SLUICE_TLS_CERT and SLUICE_TLS_KEY: set both (the certificate "
+                            "chain and its key) or neither")
+    if not kwargs.get("gateway_plain", True) and not kwargs.get("tls_cert"):
+        raise SettingsError("SLUICE_GATEWAY_PLAIN=off needs SLUICE_TLS_CERT and "
+                            "SLUICE_TLS_KEY: the gateway would have no public listener")
     return Settings(**kwargs)

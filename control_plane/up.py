@@ -2,8 +2,11 @@
 
 Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
 given), migrations to head, the admin UI's first user, demo backends, the admin API (gunicorn), demo data through
-the admin API, the gateway (nginx) and the controller. Prints how to call it, writes
-the same facts to var/sluice-up.json (mode 0600), and on SIGINT/SIGTERM stops every
+the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA made under var/tls)
+and the controller. Prints how to call it, writes
+the same facts to var/sluice-up.json (mode 0600), then supervises: a child that dies
+(nginx and PostgreSQL included) is logged and started again with backoff
+(runtime/supervisor.py), the others keep running. On SIGINT/SIGTERM it stops every
 child it started.
 """
 from __future__ import annotations
@@ -20,9 +23,10 @@ from pathlib import Path
 
 from control_plane import migrate
 from control_plane.demo import fleet
-from control_plane.runtime import postgres, procs
+from control_plane.runtime import certs, postgres, procs
 from control_plane.runtime.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.runtime.supervisor import Backoff, Process, Supervisor
 from control_plane.settings import SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,11 +95,17 @@ def _gateway_settings() -> dict:
             "redis_failure": s.redis_failure}
 
 
+def _backoff() -> Backoff:
+    s = load_settings()
+    return Backoff(initial=s.restart_backoff, cap=s.restart_backoff_max,
+                   reset_after=s.restart_reset_after)
+
+
 @dataclass
 class Stack:
     var: Path
     workers: int = 2
-    children: list = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
     cluster: postgres.Cluster | None = None
     gateway: Gateway | None = None
 
@@ -105,7 +115,9 @@ class Stack:
         logs = self.var / "logs"
         logs.mkdir(exist_ok=True)
         creds = _secrets(self.var)
+        self.supervisor.backoff = _backoff()
         gw_port = _port("SLUICE_GATEWAY_PORT", 8000)
+        tls_port = _port("SLUICE_GATEWAY_TLS_PORT", 8443)
         internal_port = _port("SLUICE_INTERNAL_PORT", 8001)
         api_port = _port("SLUICE_API_PORT", 8080)
         cp_metrics_port = _port("SLUICE_CONTROLLER_METRICS_PORT", 8002)
@@ -128,22 +140,30 @@ class Stack:
 
         api = self._spawn("api", [sys.executable, "-m", "control_plane.cli", "api"], env, logs)
         admin_url = f"http://127.0.0.1:{api_port}/api/v1"
-        procs.wait_http(admin_url + "/config", proc=api, timeout=30)
+        procs.wait_http(admin_url + "/config", proc=api.proc, timeout=30)
         admin = AdminClient(admin_url, creds["admin_token"])
         demo_keys = self._seed(admin, backend_urls, creds)
 
+        # HTTPS beside HTTP: a private demo CA and a server certificate for
+        # 127.0.0.1/localhost under var/tls, made once and reused by later runs.
+        ca, tls_cert, tls_key = certs.ensure_demo(self.var / "tls", certs.DEMO_NAMES)
         self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
                                              internal_port=internal_port,
+                                             tls_port=tls_port, tls_cert=tls_cert,
+                                             tls_key=tls_key,
                                              token=creds["gateway_token"],
                                              workers=self.workers,
                                              **_gateway_settings()))
         self.gateway.start()
+        self.supervisor.add("gateway", self.gateway)
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)
         self._wait_served(admin.config_version())
 
         info = {
             "gateway_url": self.gateway.url,
+            "gateway_tls_url": self.gateway.tls_url,
+            "ca_cert": str(ca.cert),
             # Prometheus text format; needs Authorization: Bearer <gateway_token>
             "metrics_url": self.gateway.internal_url + "/metrics",
             "gateway_token": creds["gateway_token"],
@@ -169,28 +189,34 @@ class Stack:
         self.cluster = postgres.Cluster(self.var / "pg")
         print(f"sluice up: PostgreSQL under {self.cluster.datadir}", flush=True)
         self.cluster.init()
-        self.cluster.start()
+        try:
+            self.cluster.start()
+        except Exception:
+            self.cluster.stop()
+            raise
+        self.supervisor.add("postgres", self.cluster)
         if not postgres.database_exists(self.cluster.url(), "sluice"):
             return self.cluster.create_database("sluice")
         return self.cluster.url("sluice")
 
-    def _spawn(self, name: str, args: list[str], env: dict, logs: Path):
-        proc = procs.spawn(args, log=logs / f"{name}.log", env=env, cwd=REPO)
-        self.children.append((name, proc))
-        return proc
+    def _spawn(self, name: str, args: list[str], env: dict, logs: Path) -> Process:
+        child = Process(args, env=env, log=logs / f"{name}.log", cwd=REPO)
+        child.start()
+        self.supervisor.add(name, child)
+        return child
 
     def _demo_backends(self, env: dict, logs: Path) -> dict[str, str]:
         """Start every demo backend, then wait for them all (they start in parallel)."""
         started = []
         ports = procs.free_ports(len(fleet.DEMO_BACKENDS))
         for backend, port in zip(fleet.DEMO_BACKENDS, ports):
-            proc = self._spawn(backend["name"], [
+            child = self._spawn(backend["name"], [
                 sys.executable, "-m", "control_plane.demo.backends",
                 *fleet.backend_args(backend, port)], env, logs)
-            started.append((backend["name"], port, proc))
+            started.append((backend["name"], port, child))
         urls = {}
-        for name, port, proc in started:
-            procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+        for name, port, child in started:
+            procs.wait_http(f"http://127.0.0.1:{port}/health", proc=child.proc)
             urls[name] = f"http://127.0.0.1:{port}"
         return urls
 
@@ -214,19 +240,21 @@ class Stack:
             time.sleep(0.1)
 
     def check_children(self) -> None:
-        for name, proc in self.children:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}: see "
-                                   f"{self.var / 'logs' / (name + '.log')}")
+        """While starting, a death is fatal (a port in use, a bad setting): say whose."""
+        for name, how in self.supervisor.dead():
+            raise RuntimeError(f"{name}: {how}")
+
+    def supervise(self, stopping: threading.Event, interval: float = 0.5) -> None:
+        """Restart whatever dies until `stopping` is set; reload the gateway when a
+        pushed snapshot brings a backend CA it has no TLS location for."""
+        while not stopping.wait(interval):
+            self.supervisor.check()
+            if self.gateway is not None and self.gateway.alive():
+                self.gateway.sync_trust()
 
     def stop(self) -> None:
-        for _, proc in reversed(self.children):
-            procs.stop(proc)
-        self.children.clear()
-        if self.gateway is not None:
-            self.gateway.stop()
-        if self.cluster is not None:
-            self.cluster.stop()
+        """Every child, last started first: PostgreSQL goes last."""
+        self.supervisor.stop()
 
 
 def _banner(info: dict) -> str:
@@ -235,6 +263,7 @@ def _banner(info: dict) -> str:
     return f"""
 Sluice is up.
   gateway    {info['gateway_url']}
+             {info['gateway_tls_url']}   (HTTP/2 too; demo CA: {info['ca_cert']})
   admin UI   {info['ui_url']}   (sign in as {info['admin_user']} / {password})
   admin API  {info['admin_url']}   (Authorization: Bearer {info['admin_token']})
   metrics    {info['metrics_url']}   (Authorization: Bearer <gateway_token>)
@@ -252,7 +281,12 @@ Try:
   (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
   X-Sluice-Route-Version or X-Sluice-Fallback header)
 
-Ctrl-C stops everything.
+Over HTTPS, trusting the demo CA:
+  curl -s --cacert {info['ca_cert']} {info['gateway_tls_url']}/v1/chat/completions \\
+    -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
+
+A part that dies is logged here and started again; Ctrl-C stops everything.
 """
 
 
@@ -264,8 +298,7 @@ def main(workers: int = 2) -> int:
     try:
         info = stack.start()
         print(_banner(info), flush=True)
-        while not stop.wait(0.5):
-            stack.check_children()
+        stack.supervise(stop)
         print("sluice up: stopping", flush=True)
         return 0
     except (RuntimeError, AdminError, TimeoutError, SettingsError) as exc:

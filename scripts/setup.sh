@@ -13,13 +13,19 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
-  chromium chromium-driver nodejs
+  ca-certificates openssl   # the system store https backends are verified against; test CAs
+  chromium chromium-driver
 )
 
-# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, and the tests
-# start their own redis-server (cluster mode); images that only run Sluice skip both
-# (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over the network).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server)
+# promtool (Debian's prometheus) checks deploy/prometheus/ in the tests, the tests
+# start their own redis-server (cluster mode), docker-compose checks
+# docker-compose.yml (`config` needs no Docker daemon) and iproute2 builds the
+# multi-host tests' network namespaces (tests/fleet); images that only run Sluice
+# skip these (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over
+# the network).
+# curl: the HTTPS / HTTP/2 tests call the gateway with it; nodejs runs the JS SDK's
+# tests (clients/js) against a real gateway.
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

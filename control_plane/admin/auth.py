@@ -14,10 +14,12 @@ from urllib.parse import urlsplit
 
 from flask import (Response, abort, current_app, flash, g, redirect, render_template, request,
                    session, url_for)
+from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from control_plane.admin.blueprint import bp
-from control_plane.api.errors import request_id
+from control_plane.api.errors import (DATABASE_RETRY_AFTER, database_unreachable,
+                                      describe_database_error, request_id)
 from control_plane.api.views import db
 from control_plane.models import AdminUser
 from control_plane.services import admin_users, audit
@@ -167,6 +169,22 @@ def _http_error(exc: HTTPException) -> tuple[str, int]:
 @bp.errorhandler(NotFound)
 def _not_found(exc: NotFound) -> tuple[str, int]:
     return render_template("error.html", code=404, title="Not found", message=str(exc)), 404
+
+
+@bp.errorhandler(sa_exc.DBAPIError)
+@bp.errorhandler(sa_exc.TimeoutError)
+def _database(exc: sa_exc.SQLAlchemyError) -> Response | tuple[str, int]:
+    if not database_unreachable(exc):
+        return _internal(exc)
+    log.warning("admin UI: database unreachable on %s %s: %s", request.method, request.path,
+                describe_database_error(exc))
+    html = render_template(
+        "error.html", code=503, title="Database unavailable",
+        message="The admin UI cannot reach its database right now, so it cannot show or "
+                "change anything. The gateways keep serving on the configuration they "
+                f"have. This page will work again once the database is back: try again "
+                f"in {DATABASE_RETRY_AFTER} seconds.")
+    return Response(html, 503, {"Retry-After": str(DATABASE_RETRY_AFTER)})
 
 
 @bp.errorhandler(Exception)

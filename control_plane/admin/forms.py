@@ -21,9 +21,10 @@ from control_plane.api.validation import ValidationError, validate
 
 # select: one of fixed strings; ref: the id of another row, chosen by its name;
 # decimal: a number with a fraction; secret: write-only, never shown again;
-# textarea: multi-line text (a PEM)
+# textarea: multi-line text (a PEM); secret_text: a write-only textarea (a key)
 KINDS = ("text", "number", "decimal", "checkbox", "select", "ref", "names", "json",
-         "datetime", "secret", "textarea")
+         "datetime", "secret", "textarea", "secret_text")
+SECRETS = ("secret", "secret_text")
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,11 @@ def _convert(inp: Input, form: MultiDict) -> Any:
     raw = form.get(inp.name, "")
     if inp.kind == "checkbox":
         return inp.name in form
-    if inp.kind == "secret":
+    if inp.kind in SECRETS:
         if clear_name(inp) in form:
             return None
+        if inp.kind == "secret_text":
+            raw = raw.strip() + "\n" if raw.strip() else ""
         return raw if raw else _ABSENT  # empty: keep what is stored
     raw = raw.strip()
     if not raw and inp.blank_is_null:
@@ -133,7 +136,7 @@ def form_values(obj: Any, inputs: list[Input]) -> dict[str, Any]:
         value = getattr(obj, inp.name, None)
         if inp.kind == "checkbox":
             values[inp.name] = bool(value)
-        elif inp.kind == "secret" or inp.blank_is_absent:
+        elif inp.kind in SECRETS or inp.blank_is_absent:
             values[inp.name] = ""  # write-only, or not a column (folded by to_row)
             values[clear_name(inp)] = value is not None  # whether one is stored
         elif inp.kind == "names":
@@ -157,7 +160,7 @@ def submitted_values(form: Mapping[str, str], inputs: list[Input]) -> dict[str, 
     for inp in inputs:
         if inp.kind == "checkbox":
             values[inp.name] = inp.name in form
-        elif inp.kind == "secret":
+        elif inp.kind in SECRETS:
             values[inp.name] = ""  # not echoed, even when the form had errors
         else:
             values[inp.name] = form.get(inp.name, "")

@@ -80,6 +80,18 @@ def _yes(value: bool) -> str:
     return "yes" if value else "no"
 
 
+def _tls_summary(b: Any) -> str:
+    """What the backends list says about TLS: nothing of the PEMs themselves."""
+    if not b.url.startswith("https://"):
+        return "—"
+    parts = ["verified" if b.tls_verify else "NOT verified"]
+    if b.tls_verify:
+        parts.append("own CA" if b.tls_ca else "system CAs")
+    if b.tls_client_cert is not None:
+        parts.append("client cert")
+    return ", ".join(parts)
+
+
 def _limit(value: Any) -> Any:
     return "unlimited" if value is None else value
 
@@ -125,7 +137,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
          inputs=[Input("name", "Name", required=True),
                  Input("model_id", "Model", "ref", required=True,
                        choices=_model_choices),
-                 Input("url", "URL", required=True, help="http://host:port[/base path]"),
+                 Input("url", "URL", required=True,
+                       help="http[s]://host:port[/base path]"),
                  Input("protocol", "Protocol", "select", required=True,
                        choices=lambda _s: [(p, p) for p in PROTOCOLS]),
                  Input("mapping_id", "Mapping", "ref", choices=_mapping_choices,
@@ -136,6 +149,21 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("auth_header", "Authorization header", "secret",
                        help="Sent to the backend as Authorization, e.g. \"Bearer sk-…\". "
                             "Write-only: it is never shown again; leave empty to keep it."),
+                 Input("tls_verify", "Verify TLS certificate", "checkbox", default=True,
+                       help="https:// backends: check the backend's certificate and name. "
+                            "Turn off only for a lab backend you trust."),
+                 Input("tls_ca", "TLS CA (PEM)", "textarea", blank_is_null=True,
+                       help="The CA that signs the backend's certificate. Empty: the "
+                            "system store."),
+                 Input("tls_server_name", "TLS server name", blank_is_null=True,
+                       help="The name its certificate must carry, also sent as SNI. "
+                            "Empty: the URL's host."),
+                 Input("tls_client_cert", "TLS client certificate (PEM)", "secret_text",
+                       help="mTLS: the certificate the gateway presents. Write-only; "
+                            "leave empty to keep it."),
+                 Input("tls_client_key", "TLS client key (PEM)", "secret_text",
+                       help="Its private key, unencrypted. Write-only: never shown again; "
+                            "leave empty to keep it."),
                  Input("gpu_class", "GPU class", blank_is_null=True,
                        help="Declared GPU class (e.g. T4) for hosts without an agent; "
                             "wins over what agents report."),
@@ -152,6 +180,7 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),
                   ("Weight", lambda b: b.weight if b.weight else "0 (drained)"),
                   ("Credential", lambda b: "set" if b.auth_header is not None else "—"),
+                  ("TLS", lambda b: _tls_summary(b)),
                   ("Enabled", lambda b: _yes(b.enabled))]),
     Page("mappings", "Mappings", "mapping", MAPPINGS, MappingSchema(),
          inputs=[Input("name", "Name", required=True),

@@ -6,6 +6,7 @@ import re
 import uuid
 
 from flask import Flask, Response, g, jsonify, request
+from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 from control_plane.api.validation import ValidationError
@@ -14,6 +15,9 @@ from control_plane.services.errors import Conflict, Invalid, NotFound
 log = logging.getLogger(__name__)
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+# Seconds a caller should wait before trying again while the database is unreachable.
+DATABASE_RETRY_AFTER = 5
 
 ERROR_TYPES = {
     400: "invalid_request",
@@ -52,17 +56,47 @@ def request_id() -> str:
 
 
 def error_response(status: int, message: str, fields: dict[str, str] | None = None,
-                   headers: dict[str, str] | None = None) -> Response:
+                   headers: dict[str, str] | None = None, error_type: str | None = None,
+                   retry_after: int | None = None) -> Response:
     error: dict = {"code": status,
-                   "type": ERROR_TYPES.get(status, "http_error"),
+                   "type": error_type or ERROR_TYPES.get(status, "http_error"),
                    "message": message}
     if fields is not None:
         error["fields"] = fields
+    if retry_after is not None:
+        error["retry_after"] = retry_after
     error["request_id"] = request_id()
     resp = jsonify({"error": error})
     resp.status_code = status
     resp.headers.update(headers or {})
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(retry_after)
     return resp
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached or used right now (down,
+    restarting, refusing connections, connection lost, pool exhausted), as opposed to
+    a bug in a query."""
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError,
+                            sa_exc.TimeoutError))
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """The driver's first line (e.g. "connection refused"): never the SQL statement
+    or its parameters, which SQLAlchemy's own message carries."""
+    orig = getattr(exc, "orig", None) or exc
+    first = (str(orig).strip().splitlines() or [""])[0]
+    return f"{type(orig).__name__}: {first[:200]}"
+
+
+def database_unavailable_response() -> Response:
+    return error_response(503, "the database is unreachable; try again in "
+                               f"{DATABASE_RETRY_AFTER} seconds",
+                          error_type="database_unavailable",
+                          retry_after=DATABASE_RETRY_AFTER)
 
 
 def _http_message(exc: HTTPException) -> str:
@@ -111,6 +145,15 @@ def register_error_handlers(app: Flask) -> None:
         if exc.code == 405 and exc.valid_methods:
             headers["Allow"] = ", ".join(exc.valid_methods)
         return error_response(exc.code or 500, _http_message(exc), headers=headers)
+
+    @app.errorhandler(sa_exc.DBAPIError)
+    @app.errorhandler(sa_exc.TimeoutError)
+    def _database(exc: sa_exc.SQLAlchemyError) -> Response:
+        if not database_unreachable(exc):
+            return _internal(exc)
+        log.warning("database unreachable (request_id=%s): %s", request_id(),
+                    describe_database_error(exc))
+        return database_unavailable_response()
 
     @app.errorhandler(Exception)
     def _internal(exc: Exception) -> Response:

@@ -46,6 +46,11 @@ _ID_PARAM = {"name": "id", "in": "path", "required": True,
              "schema": {"type": "integer", "minimum": 0}}
 
 
+_WHY = {401: "no admin token", 403: "a wrong admin token",
+        409: "a name already taken, or still in use", 422: "invalid fields (see fields)",
+        503: "database_unavailable: the database is unreachable (Retry-After)"}
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
@@ -90,8 +95,8 @@ def _responses(ok: int, schema: dict[str, Any] | None, *errors: int) -> dict[str
         out[str(ok)] = {"description": "done; no body"}
     else:
         out[str(ok)] = {"description": "OK", "content": {JSON: {"schema": schema}}}
-    for status in (400, 401, 403, 405, 413, 500) + errors:
-        out[str(status)] = {"description": ERROR_TYPES.get(status, "error"),
+    for status in (400, 401, 403, 405, 413, 500, 503) + errors:
+        out[str(status)] = {"description": _WHY.get(status) or ERROR_TYPES.get(status, "error"),
                             "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return out
 

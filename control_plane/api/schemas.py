@@ -5,6 +5,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from control_plane import backend_tls
 from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
 from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PRIORITIES, PROTOCOLS, ApiKey,
@@ -40,6 +41,12 @@ def iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
     return dt.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+_PEM = {"type": "string", "minLength": 1, "maxLength": backend_tls.MAX_PEM,
+        "pattern": "-----BEGIN "}
+_PEM_CERTS = v.documented(backend_tls.certificates, _PEM)
+_PEM_KEY = v.documented(backend_tls.private_key, _PEM)
 
 
 class Schema:
@@ -88,7 +95,7 @@ class BackendSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
         "model_id": Field(v.identifier, required=True),
-        "url": Field(v.http_url(allow_path=True), required=True),
+        "url": Field(v.http_url(allow_path=True, https=True), required=True),
         "protocol": Field(v.one_of(*PROTOCOLS), required=True),
         # required when protocol is "vendor", refused otherwise (services check)
         "mapping_id": Field(v.identifier, nullable=True),
@@ -100,14 +107,27 @@ class BackendSchema(Schema):
         # declared GPU class (hosts without an agent); wins over agent reports
         "gpu_class": Field(gpu_class, nullable=True),
         # Prometheus endpoint the controller scrapes; both or neither (services check)
-        "metrics_url": Field(v.http_url(allow_path=True), nullable=True),
+        "metrics_url": Field(v.http_url(allow_path=True, https=True), nullable=True),
         "metrics_format": Field(v.one_of(*METRICS_FORMATS), nullable=True),
         "max_in_flight": Field(v.integer(1, MAX_IN_FLIGHT), nullable=True),
+        # https:// only (services check): verification on unless set false; the CA
+        # (PEM; null: the system store); the name to verify and send as SNI (null:
+        # the URL's host)
+        "tls_verify": Field(v.boolean),
+        "tls_ca": Field(_PEM_CERTS, nullable=True),
+        "tls_server_name": Field(v.hostname, nullable=True),
+        # mTLS, both or neither; write-only: rendered as tls_client_cert_set and
+        # tls_client_key_set
+        "tls_client_cert": Field(_PEM_CERTS, nullable=True, write_only=True),
+        "tls_client_key": Field(_PEM_KEY, nullable=True, write_only=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable, write_only=f.write_only)
               for k, f in create.items()}
-    read_only = COMMON_READ_ONLY + ("auth_header_set",)
-    shown = {**COMMON_SHOWN, "auth_header_set": {"type": "boolean"}}
+    read_only = COMMON_READ_ONLY + ("auth_header_set", "tls_client_cert_set",
+                                    "tls_client_key_set")
+    shown = {**COMMON_SHOWN, "auth_header_set": {"type": "boolean"},
+             "tls_client_cert_set": {"type": "boolean"},
+             "tls_client_key_set": {"type": "boolean"}}
 
     def render(self, b: Backend) -> dict[str, Any]:
         return {"id": b.id, "name": b.name, "model_id": b.model_id, "url": b.url,
@@ -117,6 +137,10 @@ class BackendSchema(Schema):
                 "gpu_class": b.gpu_class, "metrics_url": b.metrics_url,
                 "metrics_format": b.metrics_format,
                 "max_in_flight": b.max_in_flight,
+                "tls_verify": b.tls_verify, "tls_ca": b.tls_ca,
+                "tls_server_name": b.tls_server_name,
+                "tls_client_cert_set": b.tls_client_cert is not None,
+                "tls_client_key_set": b.tls_client_key is not None,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
 
 

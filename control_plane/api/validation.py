@@ -41,6 +41,17 @@ def described(accepts: dict[str, Any], returns: dict[str, Any] | None = None
     return attach
 
 
+def documented(parse: Parser, accepts: dict[str, Any],
+               returns: dict[str, Any] | None = None) -> Parser:
+    """A parser from a module below the API, with its JSON Schema, on a wrapper (the
+    module's own function is left as it is)."""
+    @described(accepts, returns)
+    def wrapped(value: Any) -> Any:
+        return parse(value)
+    wrapped.__doc__ = parse.__doc__
+    return wrapped
+
+
 def accepts(parse: Parser) -> dict[str, Any]:
     """The JSON Schema of what `parse` accepts; a parser without one is a bug."""
     try:
@@ -216,11 +227,15 @@ def object_of(fields: Mapping[str, Parser], max_keys: int = 256) -> Parser:
     return parse
 
 
-def http_url(*, allow_path: bool) -> Parser:
-    """An http:// URL with a hostname or IPv4 address, optional port and base path."""
-    shape = "http://host:port[/base]" if allow_path else "http://host:port"
+def http_url(*, allow_path: bool, https: bool = False) -> Parser:
+    """An http:// URL (https:// too when `https`) with a hostname or IPv4 address,
+    optional port and base path."""
+    scheme_shape = "http[s]" if https else "http"
+    shape = f"{scheme_shape}://host:port[/base]" if allow_path else f"{scheme_shape}://host:port"
+    schemes = ("http", "https") if https else ("http",)
 
-    @described({"type": "string", "format": "uri", "pattern": "^http://", "maxLength": 2048})
+    @described({"type": "string", "format": "uri", "maxLength": 2048,
+                "pattern": "^https?://" if https else "^http://"})
     def parse(value: Any) -> str:
         message = f"must be a URL of the form {shape}"
         if not isinstance(value, str) or len(value) > 2048:
@@ -231,7 +246,7 @@ def http_url(*, allow_path: bool) -> Parser:
         except ValueError:
             raise ValueError(message) from None
         host = parts.hostname or ""
-        if (parts.scheme != "http" or not _HOST_RE.match(host) or parts.username
+        if (parts.scheme not in schemes or not _HOST_RE.match(host) or parts.username
                 or parts.password or parts.query or parts.fragment or "#" in value
                 or "?" in value or port == 0):
             raise ValueError(message)
@@ -239,8 +254,16 @@ def http_url(*, allow_path: bool) -> Parser:
         if path and not allow_path:
             raise ValueError(message)
         netloc = host.lower() + (f":{port}" if port else "")
-        return f"http://{netloc}{path}"
+        return f"{parts.scheme}://{netloc}{path}"
     return parse
+
+
+@described({"type": "string", "maxLength": 253, "pattern": _HOST_RE.pattern})
+def hostname(value: Any) -> str:
+    """A DNS name (or IPv4 address) as TLS verifies it and SNI sends it."""
+    if not isinstance(value, str) or len(value) > 253 or not _HOST_RE.match(value):
+        raise ValueError("must be a host name such as api.example.com")
+    return value.lower().rstrip(".")
 
 
 @described({"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]},

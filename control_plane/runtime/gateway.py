@@ -9,27 +9,38 @@ the data plane the same way::
     gw.push(snapshot)      # POST /internal/snapshot
     gw.stop()
 
+With `tls_port`, `tls_cert` and `tls_key` the public server also listens for HTTPS
+(HTTP/2 by ALPN) with the same locations; `plain=False` leaves HTTPS only. nginx
+reads the certificate files at start and at every `reload()` (what `sluice gateway`
+does on SIGHUP), so a renewed certificate is served from the next new connection.
+
 The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
 `logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
-workers) and `tmp/` (nginx's temp paths).
+workers), `tmp/` (nginx's temp paths) and, for https backends, `conf/backend_tls.conf`
+with `conf/tls/` (their TLS locations and CAs: runtime/backend_trust.py).
 """
 from __future__ import annotations
 
 import grp
 import ipaddress
+import logging
 import os
 import pwd
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
-from control_plane.runtime import procs
+from control_plane.backend_tls import SYSTEM_CA_FILE
+from control_plane.runtime import backend_trust, procs
 from control_plane.settings import parse_redis_url
+
+log = logging.getLogger("sluice.gateway")
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
@@ -68,6 +79,14 @@ class GatewayConfig:
     redis_failure: str = "open"
     lua_root: Path = field(default_factory=lambda: REPO / "lua")
     error_log_level: str = "warn"
+    # The public HTTPS listener (HTTP/2 by ALPN, HTTP/1.x as before): on when tls_port
+    # is set. tls_cert is a PEM file, the server's certificate first, then any
+    # intermediates; tls_key its private key. plain=False turns the HTTP listener
+    # (`port`) off, for deployments where callers must use HTTPS.
+    tls_port: int | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    plain: bool = True
 
 
 def _is_root() -> bool:
@@ -121,6 +140,41 @@ def _redis(cfg: GatewayConfig) -> tuple[str, str]:
     return "{ " + ", ".join(fields) + " }", resolver
 
 
+# A path that nginx reads as one literal argument: quoted, and with no "$" (since
+# nginx 1.15.9 ssl_certificate takes variables).
+_NGINX_PATH_BAD = set('"\\$;{}') | {chr(c) for c in range(32)} | {chr(127)}
+
+
+def _nginx_path(path: Path, what: str) -> str:
+    text = str(Path(path).resolve())
+    if set(text) & _NGINX_PATH_BAD:
+        raise ValueError(f"{what} path {text!r} has a character nginx would not read "
+                         'literally (quote, backslash, $, ;, braces or a control character)')
+    if not os.access(text, os.R_OK):
+        raise ValueError(f"{what} {text} does not exist or is not readable")
+    return f'"{text}"'
+
+
+def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
+    """The public server's listen lines and its ssl_certificate lines."""
+    lines = []
+    if cfg.plain:
+        lines.append(f"listen {cfg.listen_host}:{int(cfg.port)};")
+    if cfg.tls_port is None:
+        if not cfg.plain:
+            raise ValueError("plain=False needs tls_port: the gateway would have no "
+                             "public listener")
+        if cfg.tls_cert or cfg.tls_key:
+            raise ValueError("tls_cert and tls_key need tls_port")
+        return "\n        ".join(lines), "# no HTTPS listener"
+    if not (cfg.tls_cert and cfg.tls_key):
+        raise ValueError("tls_port needs both tls_cert and tls_key")
+    lines.append(f"listen {cfg.listen_host}:{int(cfg.tls_port)} ssl http2;")
+    certificate = (f"ssl_certificate {_nginx_path(cfg.tls_cert, 'tls_cert')};\n"
+                   f"        ssl_certificate_key {_nginx_path(cfg.tls_key, 'tls_key')};")
+    return "\n        ".join(lines), certificate
+
+
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
     if not _TOKEN_RE.match(cfg.token):
@@ -130,10 +184,14 @@ def render(cfg: GatewayConfig) -> str:
                          "nginx size such as 1m or 512k")
     if cfg.workers < 1:
         raise ValueError("workers must be >= 1")
-    if int(cfg.port) == int(cfg.internal_port):
+    ports = [int(cfg.internal_port)] + ([int(cfg.port)] if cfg.plain else [])
+    if cfg.tls_port is not None:
+        ports.append(int(cfg.tls_port))
+    if len(set(ports)) != len(ports):
         # nginx would quietly merge both servers on one socket, public one first
-        raise ValueError("port and internal_port must differ")
+        raise ValueError("port, tls_port and internal_port must differ")
     redis, resolver = _redis(cfg)
+    public_listen, tls_certificate = _public_listen(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
@@ -141,14 +199,15 @@ def render(cfg: GatewayConfig) -> str:
         "error_log_level": cfg.error_log_level,
         "lua_root": str(Path(cfg.lua_root).resolve()),
         "token": cfg.token,
-        "listen_host": cfg.listen_host,
-        "port": str(int(cfg.port)),
+        "public_listen": public_listen,
+        "tls_certificate": tls_certificate,
         "internal_port": str(int(cfg.internal_port)),
         "internal_host": cfg.internal_host,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
         "redis": redis,
         "resolver_directive": resolver,
+        "system_ca_file": SYSTEM_CA_FILE,
     }
 
     def fill(m: re.Match) -> str:
@@ -179,10 +238,20 @@ class Gateway:
         self.cfg = cfg
         self.prefix = Path(cfg.prefix).resolve()
         self.proc: subprocess.Popen | None = None
+        self._lkg_seen: int | None = None   # sync_trust: the lkg file's mtime last read
 
     @property
     def url(self) -> str:
+        """The public URL: plain HTTP, or HTTPS when the plain listener is off."""
+        if not self.cfg.plain:
+            return self.tls_url
         return f"http://127.0.0.1:{self.cfg.port}"
+
+    @property
+    def tls_url(self) -> str:
+        if self.cfg.tls_port is None:
+            raise RuntimeError("this gateway has no HTTPS listener (tls_port is not set)")
+        return f"https://127.0.0.1:{self.cfg.tls_port}"
 
     @property
     def internal_url(self) -> str:
@@ -213,6 +282,9 @@ class Gateway:
             os.chown(lkg, pwd.getpwnam(WORKER_USER).pw_uid, grp.getgrnam(WORKER_GROUP).gr_gid)
             os.chmod(lkg, 0o700)
         text = render(self.cfg)
+        # the TLS locations of the https backends the last-known-good snapshot has
+        backend_trust.write(self.conf_path.parent,
+                            backend_trust.needed(backend_trust.read_lkg(self.lkg_path)))
         tmp = self.conf_path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -232,16 +304,27 @@ class Gateway:
         return res.stderr
 
     def start(self, log_to: Path | None = None) -> None:
-        """Write the config, start nginx as a child, wait until the internal listener answers."""
+        """Write the config, start nginx as a child, wait until the internal listener answers.
+
+        Also starts it again after nginx died: the workers a killed master left behind
+        are stopped first, and the new workers serve the last-known-good snapshot
+        from lkg/ until the controller pushes a newer one."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("gateway already running")
+        self.stop()
         self.write_config()
         self.proc = procs.spawn(self._nginx("-g", "daemon off;"), log=log_to)
         try:
             self._wait_serving()
         except Exception as exc:
             self.stop()
-            raise RuntimeError(f"gateway did not start: {exc}\n{self.tail_error_log()}") from exc
+            # nginx reports configuration errors (a certificate it cannot load) on its
+            # stderr, before it opens logs/error.log: show both
+            said = ""
+            if log_to is not None and Path(log_to).exists():
+                said = "\n".join(Path(log_to).read_text(errors="replace").splitlines()[-10:])
+            raise RuntimeError(f"gateway did not start: {exc}\n{said}\n"
+                               f"{self.tail_error_log()}") from exc
 
     def _wait_serving(self, timeout: float = 15.0) -> None:
         """Until our own internal listener answers: a port taken by someone else
@@ -286,10 +369,71 @@ class Gateway:
             # finish in-flight requests (a long SSE stream), which is fine.
             if len(self._worker_pids() - old) >= self.cfg.workers:
                 self._wait_serving()
+                self._wait_retired(old, deadline)
                 return
             time.sleep(0.05)
         raise TimeoutError(f"nginx workers did not turn over within {timeout}s\n"
                            f"{self.tail_error_log()}")
+
+    @staticmethod
+    def _wait_retired(old: set[int], deadline: float) -> None:
+        """Until the old workers stopped taking new connections: gone, or renamed
+        "worker process is shutting down" (they may finish a long stream)."""
+        def taking(pid: int) -> bool:
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                return False
+            return b"shutting down" not in title and b"worker process" in title
+        while any(taking(pid) for pid in old) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def sync_trust(self) -> bool:
+        """Reload when the served snapshot needs a backend CA the config lacks (or
+        holds one no longer needed); True when it reloaded. Cheap when nothing
+        changed: wait() (`sluice gateway`) and `sluice up` call it twice a second,
+        push() after each push."""
+        try:
+            mtime = self.lkg_path.stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self._lkg_seen:
+            return False
+        self._lkg_seen = mtime
+        want = set(backend_trust.needed(backend_trust.read_lkg(self.lkg_path)))
+        if want == backend_trust.rendered(self.conf_path.parent):
+            return False
+        try:
+            self.reload()
+        except (RuntimeError, ValueError, TimeoutError) as exc:
+            # keep serving the previous configuration; the next push tries again
+            log.error("gateway reload for backend TLS trust failed: %s", exc)
+            return False
+        return True
+
+    def alive(self) -> bool:
+        """Whether nginx's master runs (it replaces dead workers by itself)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe(self) -> str:
+        """How nginx ended, for a log line."""
+        if self.proc is None:
+            return "nginx is not started"
+        return (f"nginx master pid {self.proc.pid} "
+                f"{procs.exit_reason(self.proc.poll())} (log: {self.error_log})")
+
+    def wait(self, stopping: threading.Event | None = None,
+             interval: float = 0.5) -> int | None:
+        """Block until nginx's master exits (return its exit status) or `stopping` is
+        set (return None)."""
+        if self.proc is None:
+            raise RuntimeError("gateway is not started")
+        stopping = stopping or threading.Event()
+        while not stopping.wait(interval):
+            if not self.alive():
+                return self.proc.returncode
+            self.sync_trust()   # a pushed snapshot with a new backend CA: reload
+        return None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (QUIT), then TERM/KILL; nothing is left running."""
@@ -299,9 +443,13 @@ class Gateway:
         self.proc = None
 
     def push(self, snapshot: dict) -> requests.Response:
-        """POST a snapshot to the internal listener."""
-        return requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
-                             headers=self._headers(), timeout=10)
+        """POST a snapshot to the internal listener; then reload when it brings a
+        backend CA this config has no TLS location for (sync_trust)."""
+        r = requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
+                          headers=self._headers(), timeout=10)
+        if r.status_code == 200:
+            self.sync_trust()
+        return r
 
     def snapshot_status(self) -> dict:
         r = requests.get(self.internal_url + "/internal/snapshot", headers=self._headers(),

@@ -103,12 +103,42 @@ class Cluster:
         self._state.write_text(json.dumps({"port": self.port, "password": self.password}))
         self._state.chmod(0o600)
 
+    def postmaster_pid(self) -> int | None:
+        """The server's pid from postmaster.pid (which outlives a killed server)."""
+        try:
+            return int((self.datadir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        """Whether the server process runs; cheap enough to ask every half second."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        if name != "postgres" or rest.split()[0] == "Z":
+            return False
+        try:   # a stale pid taken since by another cluster's server: not ours
+            return os.readlink(f"/proc/{pid}/cwd") == str(self.datadir.resolve())
+        except OSError:
+            return True   # not ours to inspect (we are not root): trust the name
+
+    def describe(self) -> str:
+        """How the server ended, for a log line."""
+        pid = self.postmaster_pid()
+        return (f"PostgreSQL {f'(pid {pid}) is gone' if pid else 'is not running'} "
+                f"(log: {self.datadir / 'server.log'})")
+
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.datadir), "status", check=False).returncode == 0
 
     def start(self, timeout: float = 30.0) -> None:
         """Start on loopback only (idempotent); wait until it accepts connections."""
-        if self.running():
+        if self.alive():   # not pg_ctl status: it takes a killed, unreaped server for alive
             return
         opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                 f"-c unix_socket_directories={self.datadir} -c fsync=off "
@@ -118,7 +148,10 @@ class Cluster:
                          "-w", "-t", str(int(timeout)), "start", check=False)
         if proc.returncode != 0:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise RuntimeError(f"PostgreSQL did not start on port {self.port}: "
+            # the server's own FATAL line says why ("lock file ... already exists")
+            fatal = [line for line in tail.splitlines() if "FATAL:" in line]
+            reason = fatal[-1].split("FATAL:", 1)[1].strip() if fatal else "see below"
+            raise RuntimeError(f"PostgreSQL did not start on port {self.port}: {reason}\n"
                                f"{proc.stderr.strip()}\n{tail}")
         self._wait_ready(timeout)
 

@@ -65,25 +65,81 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0) -> None
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live (not zombie) processes in process group `pgid`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            # after the command name, which may hold spaces: state ppid pgrp ...
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(d.name))
+    return found
+
+
+def _end_group(pgid: int, sig: int, timeout: float) -> None:
+    """`sig` to what is left of a process group, SIGKILL after `timeout`.
+
+    A child killed from outside (kill -9 on nginx's master, on gunicorn's arbiter)
+    leaves its own children running in its group, holding its ports: they must go
+    before the child can be started again.
+    """
+    if not group_members(pgid):
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.05)
+
+
 def stop(proc: subprocess.Popen | None, timeout: float = 10.0,
          sig: int = signal.SIGTERM) -> None:
-    """Stop a child and its process group: `sig`, then SIGKILL after `timeout`."""
-    if proc is None or proc.poll() is not None:
+    """Stop a child and its process group: `sig`, then SIGKILL after `timeout`.
+
+    Also ends what a child that already died left behind in its group."""
+    if proc is None:
         return
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-        proc.wait(5)
+        except PermissionError:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(5)
+    _end_group(proc.pid, sig, timeout)
+
+
+def exit_reason(returncode: int | None) -> str:
+    """How a child ended, in words: "exited with 1", "was killed by SIGKILL"."""
+    if returncode is None:
+        return "is running"
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
 
 
 def spawn(args: list[str], log: Path | None = None, env: dict | None = None,

@@ -25,8 +25,10 @@ from control_plane.records import AuditEntry
 
 MAX_LIMIT = 1000
 # never copied into the trail: a key's hash is as good as the key for a lookup table;
-# backend credentials are write-only; password hashes invite offline guessing
-REDACTED = {"key_hash", "auth_header", "password_hash"}
+# backend credentials (auth_header, the mTLS pair) are write-only; password hashes
+# invite offline guessing
+REDACTED = {"key_hash", "auth_header", "tls_client_cert", "tls_client_key",
+            "password_hash"}
 SKIPPED = {"created_at", "updated_at"}
 
 _actor: ContextVar[str] = ContextVar("sluice_audit_actor", default="system")

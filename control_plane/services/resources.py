@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from control_plane import backend_tls
 from control_plane.models import (ApiKey, Backend, Base, Consumer, ContentPolicy, Gateway,
                                   JwtIssuer, Model, Plan)
 from control_plane.models import Mapping as MappingRow
@@ -23,6 +24,8 @@ T = TypeVar("T", bound=Base)
 
 KEY_PREFIX_LEN = 10
 DEFAULT_WEIGHT = 100
+# a backend's TLS settings (models.Backend): https:// backends only
+TLS_FIELDS = ("tls_verify", "tls_ca", "tls_server_name", "tls_client_cert", "tls_client_key")
 
 
 def hash_key(key: str) -> str:
@@ -194,9 +197,33 @@ class Backends(Resource[Backend]):
         if fmt is None and url is not None:
             raise Invalid({"metrics_format": "is required when metrics_url is set"})
 
+    @staticmethod
+    def _tls(url: str, tls: Mapping[str, Any], changed: Mapping[str, Any]) -> None:
+        """TLS settings only on https:// backends (tls_verify alone is let be: a form's
+        checkbox always sends it, and it means nothing over http); a client
+        certificate comes with its key. `tls` holds the values after the change,
+        `changed` what the request set (the field a problem is reported on)."""
+        set_fields = [f for f in TLS_FIELDS if f != "tls_verify" and tls.get(f) is not None]
+        if not url.startswith("https://") and set_fields:
+            field = next((f for f in set_fields if f in changed), "url")
+            raise Invalid({field: "applies to https:// backends only"
+                           if field != "url" else "must be https:// while TLS settings "
+                           "(" + ", ".join(set_fields) + ") are set"})
+        cert, key = tls.get("tls_client_cert"), tls.get("tls_client_key")
+        if (cert is None) != (key is None):
+            missing = "tls_client_key" if key is None else "tls_client_cert"
+            raise Invalid({missing: "is required with " + ("tls_client_cert" if key is None
+                                                            else "tls_client_key")})
+        if cert is not None and not backend_tls.key_matches(cert, key):
+            raise Invalid({"tls_client_key": "is not the key of tls_client_cert"})
+        if tls.get("tls_verify") is False and tls.get("tls_ca") is not None:
+            raise Invalid({"tls_ca" if "tls_ca" in changed else "tls_verify":
+                           "tls_ca has no use while tls_verify is false"})
+
     def create(self, session: Session, data: Mapping[str, Any]) -> Backend:
         self._consistent(data["protocol"], data.get("mapping_id"))
         self._metrics_pair(data.get("metrics_url"), data.get("metrics_format"))
+        self._tls(data["url"], data, data)
         return super().create(session, data)
 
     def update(self, session: Session, id: int, data: Mapping[str, Any]) -> Backend:
@@ -205,6 +232,9 @@ class Backends(Resource[Backend]):
                          data["mapping_id"] if "mapping_id" in data else current.mapping_id)
         self._metrics_pair(*(data[f] if f in data else getattr(current, f)
                              for f in ("metrics_url", "metrics_format")))
+        self._tls(data.get("url", current.url),
+                  {f: data[f] if f in data else getattr(current, f) for f in TLS_FIELDS},
+                  data)
         return super().update(session, id, data)
 
     def _on_update(self, obj: Backend, changed: Mapping[str, Any]) -> None:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from control_plane import backend_tls
 from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
                                   Model, Plan)
 from control_plane.services import routes
@@ -55,7 +56,24 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         **({"mapping": backend.mapping.name} if backend.mapping is not None else {}),
         **({"max_in_flight": backend.max_in_flight}
            if backend.max_in_flight is not None else {}),
+        **({"tls": tls_entry(backend, host)} if parts.scheme == "https" else {}),
     }
+
+
+def tls_entry(backend: Backend, url_host: str) -> dict[str, Any]:
+    """How the gateway speaks TLS to an https:// backend (docs/contracts.md).
+    `trust` names the trust set (backend_tls.trust_id) the gateway verifies against."""
+    entry: dict[str, Any] = {
+        "verify": backend.tls_verify,
+        "server_name": backend.tls_server_name or url_host,
+        "trust": backend_tls.trust_id(backend.tls_verify, backend.tls_ca),
+    }
+    if backend.tls_verify and backend.tls_ca:
+        entry["ca"] = backend.tls_ca
+    if backend.tls_client_cert and backend.tls_client_key:
+        entry["client_cert"] = backend.tls_client_cert
+        entry["client_key"] = backend.tls_client_key
+    return entry
 
 
 PLAN_FIELDS = ("rate_per_second", "burst", "max_concurrent", "daily_requests",
@@ -81,11 +99,15 @@ def jwt_entry(issuer: JwtIssuer) -> dict[str, Any]:
 
 
 def redacted(snap: dict[str, Any]) -> dict[str, Any]:
-    """The snapshot as the admin API shows it: backend credentials replaced by "set"."""
+    """The snapshot as the admin API shows it: backend credentials (auth_header, the
+    mTLS pair) replaced by "<set>"."""
     for model in snap["models"].values():
         for backend in model["backends"]:
             if "auth_header" in backend:
                 backend["auth_header"] = "<set>"
+            tls = backend.get("tls")
+            if tls and "client_key" in tls:
+                tls["client_cert"] = tls["client_key"] = "<set>"
     return snap
 
 

@@ -12,6 +12,7 @@ local breaker = require("sluice.breaker")
 local routes = require("sluice.routes")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
+local upstream_tls = require("sluice.upstream_tls")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -49,6 +50,7 @@ _M.validate = validate.snapshot
 local function compile(s)
     local maps = mappings.compile(s.mappings)
     local models = {}
+    local by_addr = {}   -- "host:port" -> backends there (upstream_tls.check_shared)
     for name, m in pairs(s.models) do
         local pools, order = {}, {}
         for _, b in ipairs(m.backends) do
@@ -65,7 +67,13 @@ local function compile(s)
                 pools[key] = pool
                 order[#order + 1] = key
             end
-            if b.weight > 0 then
+            local tls = upstream_tls.compile(b)
+            if tls and not tls.loaded then
+                -- its CA location comes with the reload this snapshot causes
+                ngx_log(WARN, "backend ", tostring(b.name or b.id), ": TLS trust ", tls.trust,
+                        " is not loaded yet; left out until the gateway reloads")
+            end
+            if b.weight > 0 and (not tls or tls.loaded) then
                 local n = pool.n + 1
                 pool.n = n
                 pool.backends[n] = {
@@ -78,7 +86,13 @@ local function compile(s)
                     base_path = b.base_path or "",
                     auth_header = b.auth_header or "",
                     max_in_flight = admission.capacity_of(b),
+                    tls = tls,                     -- nil for http://
+                    tls_id = tls and tls.id or "",
                 }
+                local addr = b.host .. ":" .. b.port
+                local at = by_addr[addr] or {}
+                at[#at + 1] = pool.backends[n]
+                by_addr[addr] = at
                 pool.weights[n] = b.weight
                 pool.current[n] = 0
                 pool.eff[n] = b.weight
@@ -96,6 +110,7 @@ local function compile(s)
                          mask_pii = m.mask_pii == true,   -- sluice.pii.forward
                          pool_order = order }
     end
+    upstream_tls.check_shared(by_addr)
 
     local consumers = {}
     for id, c in pairs(s.consumers) do

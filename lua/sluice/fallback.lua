@@ -23,6 +23,7 @@ local balancer = require("sluice.balancer")
 local convert = require("sluice.convert")
 local observe = require("sluice.observe")
 local metrics = require("sluice.metrics")
+local upstream_tls = require("sluice.upstream_tls")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -125,6 +126,7 @@ function _M.access()
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. path
+    upstream_tls.forward(ctx, backend)   -- a backend of another trust set: ngx.exec
 end
 
 -- header_filter: name the model that answered.

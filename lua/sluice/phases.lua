@@ -20,6 +20,7 @@ local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local upstream_tls = require("sluice.upstream_tls")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -39,6 +40,7 @@ function _M.init(opts)
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
+    upstream_tls.init()   -- which backend CA locations this config has
     -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
     -- `nginx -s reload` the dict still holds the served snapshot and wins.
     config.init()
@@ -174,6 +176,7 @@ function _M.access()
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. path
+    upstream_tls.forward(ctx, backend)   -- a backend of another trust set: ngx.exec
 end
 
 function _M.balancer()
@@ -226,6 +229,11 @@ function _M.fallback()
     fallback.access()
 end
 
+-- @sluice_tls_*: an https backend's own trust set (lua/sluice/upstream_tls.lua).
+function _M.tls_resume()
+    upstream_tls.resume()
+end
+
 function _M.internal()
     request_id()
     return internal.handle()
@@ -250,7 +258,15 @@ function _M.error_page()
     fallback.try(status)   -- a 504 with a fallback model does not come back
     policy.failed()
     local err_type, msg
-    if backend_answered() then
+    -- no answer from an https backend: was it the handshake? (reads nginx's log;
+    -- an answer first, so an older line about this connection cannot be taken)
+    local tls_failure = status == 502 and not backend_answered()
+                        and upstream_tls.handshake_failure()
+    if tls_failure then
+        -- the backend got no request: its certificate or ours was refused
+        err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
+        upstream_tls.count_failure(ngx_var.sluice_model, ngx_var.sluice_backend)
+    elseif backend_answered() then
         if status < 500 then
             -- only 413 is intercepted below 500: the backend refused the body
             err_type, msg = errors.type_for(status), "the backend refused the request ("

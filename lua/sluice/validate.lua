@@ -9,6 +9,8 @@ local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
 local routes = require("sluice.routes")
 local admission = require("sluice.admission")
+local x509 = require("openssl.x509")
+local pkey = require("openssl.pkey")
 
 local re_find = ngx.re.find
 local type = type
@@ -22,7 +24,7 @@ local json_null = cjson.null
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
                     vendor = true }
 local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor"
-local SCHEMES = { http = true }   -- https needs its own upstream; not in the skeleton
+local SCHEMES = { http = true, https = true }
 
 local _M = {}
 
@@ -40,6 +42,56 @@ local function is_ip(s)
              or re_find(s, [[^[0-9A-Fa-f:.]+\z]], "jo") ~= nil and s:find(":", 1, true) ~= nil)
 end
 
+local function is_pem(v, label)
+    return type(v) == "string" and v:find("-----BEGIN " .. label, 1, true) ~= nil
+end
+
+-- backend.tls (docs/contracts.md): the name to verify, the trust set and its CA, the
+-- client pair (both or neither)
+local function validate_tls(t, where)
+    if not is_object(t) then return where .. ": must be an object" end
+    local name = t.server_name
+    if type(name) ~= "string" or not re_find(name, [[^[A-Za-z0-9.-]{1,253}\z]], "jo") then
+        return where .. ".server_name: must be a host name"
+    end
+    if t.verify ~= nil and type(t.verify) ~= "boolean" then
+        return where .. ".verify: must be true or false"
+    end
+    local trust = t.trust
+    if trust ~= nil and (type(trust) ~= "string"
+                         or not re_find(trust, [[^(system|noverify|ca-[0-9a-f]{16})\z]], "jo")) then
+        return where .. ".trust: must be system, noverify or ca-<16 hex digits>"
+    end
+    if trust ~= nil and (trust == "noverify") ~= (t.verify == false) then
+        return where .. ".trust: noverify exactly when verify is false"
+    end
+    if trust ~= nil and trust:sub(1, 3) == "ca-" and not is_pem(t.ca, "CERTIFICATE") then
+        return where .. ".ca: a ca-* trust needs the CA's PEM"
+    end
+    if (t.client_cert == nil) ~= (t.client_key == nil) then
+        return where .. ".client_key: client_cert and client_key come together"
+    end
+    if t.client_cert ~= nil then
+        -- nginx 1.22 writes a data: key it cannot use into its error log, whole: a
+        -- pair that would not load is refused here, naming the field, never the PEM
+        local ok, cert = pcall(x509.new, t.client_cert, "PEM")
+        if not ok or type(t.client_cert) ~= "string" then
+            return where .. ".client_cert: must be a PEM certificate"
+        end
+        local kok, key = pcall(pkey.new, t.client_key, "PEM")
+        if not kok or type(t.client_key) ~= "string" or not is_pem(t.client_key, "") then
+            return where .. ".client_key: must be an unencrypted PEM private key"
+        end
+        if cert:getPublicKey():toPEM("public") ~= key:toPEM("public") then
+            return where .. ".client_key: is not the key of client_cert"
+        end
+    end
+    if t.ca ~= nil and not (is_pem(t.ca, "CERTIFICATE") and pcall(x509.new, t.ca, "PEM")) then
+        return where .. ".ca: must be PEM certificates"
+    end
+    return nil
+end
+
 local function validate_backend(b, where, maps)
     if not is_object(b) then return where .. ": must be an object" end
     if b.id == nil then return where .. ".id: is required" end
@@ -50,7 +102,13 @@ local function validate_backend(b, where, maps)
         return where .. ".mapping: a vendor backend needs a mapping of the snapshot"
     end
     if b.scheme ~= nil and not SCHEMES[b.scheme] then
-        return where .. ".scheme: only http is supported"
+        return where .. ".scheme: must be http or https"
+    end
+    if b.scheme == "https" then
+        local terr = validate_tls(b.tls, where .. ".tls")
+        if terr then return terr end
+    elseif b.tls ~= nil then
+        return where .. ".tls: only https backends have TLS settings"
     end
     if not is_ip(b.host) then return where .. ".host: must be an IP address" end
     if not is_int(b.port, 1, 65535) then return where .. ".port: must be an integer in 1..65535" end

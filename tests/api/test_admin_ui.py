@@ -10,6 +10,7 @@ import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services import admin_users, telemetry
+from tlsutil import CA
 
 PASSWORD = "correct horse battery"
 
@@ -119,7 +120,7 @@ def test_form_shows_each_field_error_and_keeps_what_was_typed(ui, api):
     assert resp.status_code == 422
     html = resp.get_data(as_text=True)
     assert "Name must be 1-128 characters" in html
-    assert "URL must be a URL of the form http://host:port[/base]" in html
+    assert "URL must be a URL of the form http[s]://host:port[/base]" in html
     assert "Weight must be a whole number" in html
     assert "Model is required" in html
     assert html.count('class="field-error"') == 4  # protocol "openai" was fine
@@ -459,3 +460,35 @@ def test_a_new_password_ends_the_lock(app, client, users, db_url):
         admin_users.set_password(session, "alice", "another long password")
     engine.dispose()
     assert _login(client, "alice", "another long password").status_code == 302
+
+
+def test_backend_tls_settings_in_the_form_with_write_only_client_key(ui, make, api,
+                                                                    tmp_path):
+    ca = CA(tmp_path / "ca")
+    pair = ca.issue("gw", client=True)
+    backend = make("backend", url="https://llm.example.com")
+    path = f"/admin/backends/{backend['id']}"
+    fields = {"name": backend["name"], "model_id": str(backend["model_id"]),
+              "url": backend["url"], "protocol": "openai", "weight": "100", "enabled": "on",
+              "tls_verify": "on", "tls_ca": ca.pem, "tls_server_name": "llm.internal"}
+    resp = ui(path, {**fields, "tls_client_cert": pair.cert_pem,
+                     "tls_client_key": pair.key_pem})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    shown = api("get", path.replace("/admin", "")).get_json()
+    assert shown["tls_client_cert_set"] and shown["tls_client_key_set"]
+    assert shown["tls_server_name"] == "llm.internal" and shown["tls_ca"].startswith("-----")
+    form = ui.client.get(path).get_data(as_text=True)
+    assert "PRIVATE KEY" not in form and "Remove the stored value" in form
+    assert 'name="tls_client_key"' in form
+    listing = ui.client.get("/admin/backends/").get_data(as_text=True)
+    assert "verified, own CA, client cert" in listing and "PRIVATE" not in listing
+    # empty secret fields keep the pair; the checkboxes remove it
+    assert ui(path, fields).status_code == 302
+    assert api("get", path.replace("/admin", "")).get_json()["tls_client_key_set"] is True
+    resp = ui(path, {**fields, "tls_client_cert__clear": "on", "tls_client_key__clear": "on"})
+    assert resp.status_code == 302
+    assert api("get", path.replace("/admin", "")).get_json()["tls_client_key_set"] is False
+    # a broken PEM is named next to its field
+    resp = ui(path, {**fields, "tls_ca": "garbage"})
+    assert resp.status_code == 422
+    assert "TLS CA (PEM) is not PEM" in resp.get_data(as_text=True)

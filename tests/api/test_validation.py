@@ -32,7 +32,7 @@ def test_backend_field_messages(api, make):
     assert fields == {
         "name": "must be 1-128 characters of letters, digits and . _ : / -, "
                 "starting with a letter or digit",
-        "url": "must be a URL of the form http://host:port[/base]",
+        "url": "must be a URL of the form http[s]://host:port[/base]",
         "protocol": "must be one of: openai, predict, kserve_v2, tfserving, vendor",
         "weight": "must be an integer between 0 and 1000",
         "enabled": "must be true or false",
@@ -47,7 +47,7 @@ def test_weight_must_be_an_integer_in_range(weight, offline_api):
 
 
 @pytest.mark.parametrize("url", ["http://", "127.0.0.1:9000", "http://h:99999",
-                                 "http://user:pw@h:1", "http://h:1/?q=1", "https://h:1",
+                                 "http://user:pw@h:1", "http://h:1/?q=1", "ftp://h:1",
                                  "http://bad_host:1", "http://h:1#frag", 42])
 def test_bad_urls(url, offline_api):
     fields = _fields(offline_api("post", "/backends", json={

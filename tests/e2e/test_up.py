@@ -2,77 +2,37 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import signal
 import stat
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from up_run import ours, start_up, stop_up, wait_info
 
 from control_plane.runtime import procs
 
-REPO = Path(__file__).resolve().parents[2]
+def _read_banner(proc: subprocess.Popen) -> str:
+    """What `sluice up` prints once it is up, through its last line."""
+    lines = []
+    while not lines or "Ctrl-C stops everything." not in lines[-1]:
+        line = proc.stdout.readline()
+        assert line, "sluice up closed its output before the banner:\n" + "".join(lines)
+        lines.append(line)
+    return "".join(lines)
 
 
-def _ours(var: Path) -> list[str]:
-    """Command lines of live processes that belong to this `sluice up` run."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            env = (d / "environ").read_bytes()
-        except OSError:
-            continue
-        if str(var) in cmd or f"SLUICE_VAR_DIR={var}".encode() in env:
-            found.append(f"{d.name}: {cmd}")
-    return found
-
-
-@pytest.fixture
-def var():
-    top = Path(tempfile.mkdtemp(prefix="sluice-up-"))
-    top.chmod(0o755)  # the private PostgreSQL runs as the postgres user under root
-    yield top / "var"
-    shutil.rmtree(top, ignore_errors=True)
-
-
-def _up(var: Path, ports: list[int]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN")}
-    env.update(SLUICE_VAR_DIR=str(var), SLUICE_GATEWAY_PORT=str(ports[0]),
-               SLUICE_INTERNAL_PORT=str(ports[1]), SLUICE_API_PORT=str(ports[2]),
-               SLUICE_CONTROLLER_METRICS_PORT=str(ports[3]))
-    return subprocess.Popen([sys.executable, "-m", "control_plane.cli", "up"], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-
-
-def _wait_info(var: Path, proc: subprocess.Popen, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    path = var / "sluice-up.json"
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"sluice up exited {proc.returncode}:\n{proc.stdout.read()}")
-        assert time.monotonic() < deadline, "sluice up did not come up"
-        time.sleep(0.2)
-    time.sleep(0.2)  # written in one go, but let the banner print too
-    return json.loads(path.read_text())
-
-
-def _stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    out, _ = proc.communicate(timeout=60)
-    return out
+def _https_curl(banner: str, info: dict) -> None:
+    """The printed `curl --cacert` over HTTPS works as printed (run by a shell)."""
+    block = banner.split("Over HTTPS", 1)[1].split("\n\n", 1)[0]
+    command = block.split("\n", 1)[1].replace("\\\n", " ")
+    assert f"--cacert {info['ca_cert']} {info['gateway_tls_url']}/" in command, command
+    res = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: hello"
 
 
 def _sign_in(info: dict) -> None:
@@ -153,10 +113,18 @@ def _demo_features(info: dict) -> None:
 
 
 def test_up_serves_prints_how_and_stops_everything(var):
-    ports = procs.free_ports(4)
-    first = _up(var, ports)
+    ports = procs.free_ports(5)
+    first = start_up(var, ports)
+    banner = ""
     try:
-        info = _wait_info(var, first)
+        info = wait_info(var, first)
+        banner = _read_banner(first)
+        # HTTPS beside HTTP, with a private demo CA under var/
+        assert info["gateway_tls_url"] == f"https://127.0.0.1:{ports[4]}"
+        assert Path(info["ca_cert"]).is_relative_to(var)
+        key_files = [p for p in (var / "tls").iterdir() if p.suffix == ".key"]
+        assert key_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in key_files)
+        _https_curl(banner, info)
         mode = stat.S_IMODE((var / "sluice-up.json").stat().st_mode)
         assert mode == 0o600
         assert info["admin_url"].endswith("/api/v1")
@@ -199,24 +167,31 @@ def test_up_serves_prints_how_and_stops_everything(var):
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
         _sign_in(info)
         _demo_features(info)
-        running = "\n".join(_ours(var))
+        running = "\n".join(ours(var))
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"
     finally:
-        out = _stop(first)
+        out = banner + stop_up(first)
     assert first.returncode == 0, out
     assert "curl" in out and info["demo_api_key"] in out
     assert info["demo_vip_api_key"] in out and "X-Sluice-Route-Version" in out
     assert info["ui_url"] in out and info["admin_password"] in out
-    assert _ours(var) == []
+    assert ours(var) == []
     with pytest.raises(requests.ConnectionError):
         requests.get(info["gateway_url"], timeout=2)
 
     # A second run comes up on the same data and keeps the demo key working.
+    ca_pem = Path(info["ca_cert"]).read_text()
     (var / "sluice-up.json").unlink()
-    second = _up(var, ports)
+    second = start_up(var, ports)
     try:
-        again = _wait_info(var, second)
+        again = wait_info(var, second)
+        # the demo CA and certificate are reused: callers' trust in the CA survives
+        assert again["ca_cert"] == info["ca_cert"]
+        assert Path(again["ca_cert"]).read_text() == ca_pem
+        https = requests.get(again["gateway_tls_url"] + "/v1/models", verify=again["ca_cert"],
+                             headers={"X-API-Key": again["demo_api_key"]}, timeout=10)
+        assert https.status_code == 200, https.text
         assert again["demo_api_key"] == info["demo_api_key"]
         assert again["demo_vip_api_key"] == info["demo_vip_api_key"]
         assert again["admin_password"] == info["admin_password"]
@@ -231,6 +206,6 @@ def test_up_serves_prints_how_and_stops_everything(var):
                                   "messages": [{"role": "user", "content": "hi"}]})
         assert vip.headers.get("X-Sluice-Route-Version") == "chat-canary", vip.text
     finally:
-        out = _stop(second)
+        out = stop_up(second)
     assert second.returncode == 0, out
-    assert _ours(var) == []
+    assert ours(var) == []

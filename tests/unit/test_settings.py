@@ -39,6 +39,10 @@ def test_every_variable():
     ("SLUICE_CONTROLLER_INTERVAL", "-1", "positive number of seconds"),
     ("SLUICE_PUSH_TIMEOUT", "nan", "positive number of seconds"),
     ("SLUICE_GATEWAYS", "127.0.0.1:9180", "is not an http(s) URL"),
+    ("SLUICE_RESTART_BACKOFF", "0", "positive number of seconds"),
+    ("SLUICE_RESTART_BACKOFF_MAX", "soon", "expected a number"),
+    ("SLUICE_DB_CONNECT_TIMEOUT", "1.5", "expected a number"),
+    ("SLUICE_DB_CONNECT_TIMEOUT", "0", "whole number >= 1"),
 ])
 def test_bad_values_name_the_variable(name, value, reason):
     with pytest.raises(SettingsError) as err:
@@ -113,3 +117,35 @@ def test_admin_ui_session_settings():
     assert load_settings({"SLUICE_COOKIE_SECURE": "0"}).cookie_secure is False
     with pytest.raises(SettingsError, match="SLUICE_COOKIE_SECURE='maybe': must be true"):
         load_settings({"SLUICE_COOKIE_SECURE": "maybe"})
+
+
+def test_supervision_and_database_settings():
+    s = load_settings({})
+    assert (s.restart_backoff, s.restart_backoff_max, s.restart_reset_after) == (1.0, 30.0, 30.0)
+    assert s.db_connect_timeout == 3
+    s = load_settings({"SLUICE_RESTART_BACKOFF": "0.2", "SLUICE_RESTART_BACKOFF_MAX": "5",
+                       "SLUICE_RESTART_RESET_AFTER": "10", "SLUICE_DB_CONNECT_TIMEOUT": "2"})
+    assert (s.restart_backoff, s.restart_backoff_max, s.restart_reset_after) == (0.2, 5.0, 10.0)
+    assert s.db_connect_timeout == 2
+
+
+def test_gateway_tls_variables():
+    s = load_settings({})
+    assert (s.tls_cert, s.tls_key, s.gateway_tls_port, s.gateway_plain) == (
+        None, None, 8443, True)
+    s = load_settings({"SLUICE_TLS_CERT": "/etc/sluice/chain.pem",
+                       "SLUICE_TLS_KEY": "/etc/sluice/key.pem",
+                       "SLUICE_GATEWAY_TLS_PORT": "9443", "SLUICE_GATEWAY_PLAIN": "off"})
+    assert (s.tls_cert, s.tls_key, s.gateway_tls_port, s.gateway_plain) == (
+        "/etc/sluice/chain.pem", "/etc/sluice/key.pem", 9443, False)
+
+
+@pytest.mark.parametrize("env,reason", [
+    ({"SLUICE_TLS_CERT": "/etc/sluice/chain.pem"}, "set both"),
+    ({"SLUICE_TLS_KEY": "/etc/sluice/key.pem"}, "set both"),
+    ({"SLUICE_GATEWAY_PLAIN": "off"}, "no public listener"),
+    ({"SLUICE_GATEWAY_PLAIN": "sometimes"}, "must be true or false"),
+])
+def test_gateway_tls_variables_that_do_not_fit(env, reason):
+    with pytest.raises(SettingsError, match=reason):
+        load_settings(env)

@@ -27,7 +27,7 @@ def test_operator_sets_up_a_model_in_the_browser_and_the_key_works(stack, ui):
              "protocol": "openai"})
     ui.submit()
     error = ui.wait(EC.presence_of_element_located((By.ID, "url-error")))
-    assert "URL must be a URL of the form http://host:port[/base]" in error.text
+    assert "URL must be a URL of the form http[s]://host:port[/base]" in error.text
     assert ui.find("#url").get_attribute("aria-invalid") == "true"
     assert ui.find("#name").get_attribute("value") == "ui-chat-a"
     ui.screenshot("backend-form-errors.png")
