@@ -67,6 +67,16 @@ class Sluice:
     def __repr__(self) -> str:
         return f"Sluice({self.base_url!r})"
 
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.session.close()
+
+    def __enter__(self) -> "Sluice":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def model(self, name: str) -> "Model":
         return Model(name, client=self)
 
