@@ -21,10 +21,10 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
-    from control_plane import controller
+    from control_plane.controller import process
     from control_plane.settings import load_settings
 
-    return controller.main(load_settings())
+    return process.main(load_settings())
 
 
 def _shipper(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from control_plane.models import Base
 
 class BackendHealth(Base):
     """A backend's readiness as the controller's health checks last saw it; written
-    when the state changes (control_plane/health.py)."""
+    when the state changes (control_plane/controller/health_loop.py)."""
     __tablename__ = "backend_health"
 
     backend_id: Mapped[int] = mapped_column(

@@ -62,7 +62,7 @@ class Settings:
     weight_coefficients: tuple[float, float, float] = (0.6, 0.3, 0.1)
     # Usage (issue 3): seconds between collections of the gateways' usage counters.
     usage_interval: float = 1.0
-    # Active health checks of the backends (control_plane/health.py).
+    # Active health checks of the backends (control_plane/controller/health_loop.py).
     health_interval: float = 2.0
     health_timeout: float = 1.0
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
+from control_plane.controller.gateway_client import GatewayClient
 from control_plane.models import ApiKey, Backend, Consumer, Model
 from control_plane.services import fleet_metrics, telemetry
 from control_plane.services.config_state import current_version
@@ -70,10 +71,14 @@ def _gpus_by_backend(session: Session) -> dict[str, list[dict[str, Any]]]:
 def _traffic(gateways: dict[str, str]) -> dict[str, Any] | None:
     """Cumulative counters summed over the gateways that answered; None when this
     process has no gateway token to read them with."""
-    token = current_app.config["SLUICE_SETTINGS"].gateway_token
-    if not token:
+    settings = current_app.config["SLUICE_SETTINGS"]
+    if not settings.gateway_token:
         return None
-    texts, errors = fleet_metrics.scrape(gateways, token)
+    client = GatewayClient.from_settings(settings)
+    try:
+        texts, errors = fleet_metrics.scrape(client, gateways)
+    finally:
+        client.close()
     return {"sampled_at": time.time(), "unreachable": errors,
             **fleet_metrics.summarize(texts)}
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import requests
 
+from control_plane.controller.gateway_client import GatewayClient
 from control_plane.runtime import procs
 from control_plane.settings import parse_redis_url
 
@@ -179,6 +180,7 @@ class Gateway:
         self.cfg = cfg
         self.prefix = Path(cfg.prefix).resolve()
         self.proc: subprocess.Popen | None = None
+        self.client = GatewayClient(cfg.token, timeout=10, retries=0)
 
     @property
     def url(self) -> str:
@@ -199,9 +201,6 @@ class Gateway:
     @property
     def lkg_path(self) -> Path:
         return self.prefix / "lkg" / "snapshot.json"
-
-    def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.cfg.token}"}
 
     def write_config(self) -> Path:
         """Create the prefix layout and write conf/nginx.conf (0600)."""
@@ -246,8 +245,18 @@ class Gateway:
     def _wait_serving(self, timeout: float = 15.0) -> None:
         """Until our own internal listener answers: a port taken by someone else
         makes nginx exit, but that someone could answer first."""
-        r = procs.wait_http(self.internal_url + "/internal/snapshot", timeout=timeout,
-                            proc=self.proc, headers=self._headers())
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError("nginx exited before its internal listener answered")
+            try:
+                r = self.client.get(self.internal_url, "/internal/snapshot", timeout=1)
+                break
+            except requests.RequestException as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.internal_url} did not answer within "
+                                       f"{timeout}s: {exc}") from None
+                time.sleep(0.05)
         if r.status_code != 200 or "source" not in r.json():
             raise RuntimeError(f"{self.internal_url} answered {r.status_code}: {r.text[:200]}")
         if self.proc.poll() is not None:
@@ -300,44 +309,29 @@ class Gateway:
 
     def push(self, snapshot: dict) -> requests.Response:
         """POST a snapshot to the internal listener."""
-        return requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
-                             headers=self._headers(), timeout=10)
+        return self.client.post(self.internal_url, "/internal/snapshot", snapshot)
 
     def snapshot_status(self) -> dict:
-        r = requests.get(self.internal_url + "/internal/snapshot", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.snapshot_status(self.internal_url)
 
     def push_weights(self, table: dict) -> requests.Response:
         """POST a weight table ({"version": N, "weights": {"<id>": 0..1000}})."""
-        return requests.post(self.internal_url + "/internal/weights", json=table,
-                             headers=self._headers(), timeout=10)
+        return self.client.post(self.internal_url, "/internal/weights", table)
 
     def weights_status(self) -> dict:
-        r = requests.get(self.internal_url + "/internal/weights", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.weights_status(self.internal_url)
 
     def stats(self) -> dict:
         """GET /internal/stats: {"backends": {"<id>": {...}}, "weights_version": N}."""
-        r = requests.get(self.internal_url + "/internal/stats", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.stats(self.internal_url)
 
     def usage(self) -> dict:
         """GET /internal/usage: {"boot", "started_at", "counters", "seed_version"}."""
-        r = requests.get(self.internal_url + "/internal/usage", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.usage(self.internal_url)
 
     def push_usage(self, body: dict) -> requests.Response:
         """POST the fleet's usage ({"boot", "version", "day", "month", "usage"})."""
-        return requests.post(self.internal_url + "/internal/usage", json=body,
-                             headers=self._headers(), timeout=10)
+        return self.client.post(self.internal_url, "/internal/usage", body)
 
     def served_version(self) -> int:
         """The snapshot version this gateway serves; 0 when it has none."""

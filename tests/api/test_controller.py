@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.controller import Controller
+from control_plane.controller.process import Controller
 from control_plane.db import make_engine
 from control_plane.models import Gateway
 from control_plane.runtime.procs import free_port
@@ -281,8 +281,9 @@ def test_gateway_url_change_resets_ack(gateway, engine, controller_for):
 def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(gateway, db_url, tmp_path):
     env = {**os.environ, "DATABASE_URL": db_url, "SLUICE_GATEWAYS": gateway.url,
            "SLUICE_GATEWAY_TOKEN": GATEWAY_TOKEN, "SLUICE_CONTROLLER_INTERVAL": "0.05"}
-    code = ("import sys; from control_plane import controller, settings;"
-            "sys.exit(controller.main(settings.load_settings()))")
+    code = ("import sys; from control_plane import settings;"
+            "from control_plane.controller import process;"
+            "sys.exit(process.main(settings.load_settings()))")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

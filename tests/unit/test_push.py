@@ -1,4 +1,5 @@
-"""push(): one POST to a gateway's internal listener; clear errors when it fails."""
+"""GatewayClient.push_snapshot(): one POST to a gateway's internal listener; clear
+errors when it fails."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from control_plane.runtime.procs import free_port
-from control_plane.services.push import PushError, push
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.services.snapshot import ResolveError, resolve_ipv4
 
 
@@ -43,7 +44,7 @@ def listener():
 def test_returns_acked_version(listener):
     url, answers, seen = listener
     answers.append((200, b'{"version": 7}'))
-    assert push(url + "/", "tok", {"version": 7}, timeout=2) == 7
+    assert GatewayClient("tok", timeout=2).push_snapshot(url + "/", {"version": 7}) == 7
     assert seen == [{"path": "/internal/snapshot", "auth": "Bearer tok",
                      "body": {"version": 7}}]
 
@@ -58,13 +59,22 @@ def test_returns_acked_version(listener):
 def test_failures(listener, status, body, message):
     url, answers, _ = listener
     answers.append((status, body))
-    with pytest.raises(PushError, match=message):
-        push(url, "tok", {"version": 7}, timeout=2)
+    with pytest.raises(GatewayError, match=message):
+        GatewayClient("tok", timeout=2).push_snapshot(url, {"version": 7})
 
 
 def test_unreachable():
-    with pytest.raises(PushError, match="ConnectionError"):
-        push(f"http://127.0.0.1:{free_port()}", None, {"version": 1}, timeout=2)
+    with pytest.raises(GatewayError, match="ConnectionError"):
+        GatewayClient(None, timeout=2).push_snapshot(f"http://127.0.0.1:{free_port()}",
+                                                     {"version": 1})
+
+
+def test_an_answer_is_not_retried_but_a_refused_connection_is(listener):
+    url, answers, seen = listener
+    answers.append((503, b'{"error": {"code": 503, "message": "busy"}}'))
+    with pytest.raises(GatewayError, match="HTTP 503: busy") as err:
+        GatewayClient("tok", timeout=2, retries=3).push_snapshot(url, {"version": 1})
+    assert err.value.status == 503 and len(seen) == 1
 
 
 def test_resolve():

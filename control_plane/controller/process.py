@@ -1,8 +1,9 @@
-"""The controller: push the snapshot to every gateway whenever the config changes,
-each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py), and
-each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it back (usage_loop.py),
-and each SLUICE_HEALTH_INTERVAL probe the backends on a background thread and push
-their readiness (health.py).
+"""The controller process: push the snapshot to every gateway whenever the config
+changes, each SLUICE_WEIGHTS_INTERVAL compute and push the weight table
+(weights_loop.py), each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it
+back (usage_loop.py), and each SLUICE_HEALTH_INTERVAL probe the backends on a
+background thread and push their readiness (health_loop.py). Every call to a gateway
+goes through one GatewayClient (gateway_client.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -23,23 +24,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane import cp_metrics
+from control_plane.controller import telemetry_gauges
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.controller.health_loop import HealthLoop
+from control_plane.controller.scaling_webhook import ScalingWebhook
+from control_plane.controller.usage_loop import UsageLoop
+from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.health import HealthLoop
 from control_plane.models import Gateway
 from control_plane.services import scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
-from control_plane.services.push import PushError, push
 from control_plane.settings import Settings, SettingsError, load_settings
 from control_plane.shipper import Shipper
-from control_plane.usage_loop import UsageLoop
-from control_plane.weights_loop import WeightsLoop
 
 log = logging.getLogger("sluice.controller")
 
@@ -76,7 +78,7 @@ class Controller:
         self.settings = settings
         self._engine = make_engine(settings.require_database_url())
         self._sessions = make_sessionmaker(self._engine)
-        self._http = requests.Session()
+        self.client = GatewayClient.from_settings(settings)
         self._backoff: dict[int, Backoff] = {}
         self._force: set[int] = set()
         # A (re)started controller may carry new settings that go into the snapshot
@@ -87,10 +89,10 @@ class Controller:
         self._reload_requested = False
         self._synced = False  # SLUICE_GATEWAYS upserted; retried each tick until done
         self._next_scaling = 0.0
-        self._scaling_actions: dict[str, str] = {}
-        self.weights = WeightsLoop(self._http, clock)
-        self.health = HealthLoop(self._http, clock)
-        self.usage = UsageLoop(self._http, clock)
+        self.scaling = ScalingWebhook()
+        self.weights = WeightsLoop(self.client, clock)
+        self.health = HealthLoop(self.client, clock)
+        self.usage = UsageLoop(self.client, clock)
 
     # public
 
@@ -137,35 +139,8 @@ class Controller:
             recs = scaling.recommend(session, self.settings.scaling_thresholds(),
                                      gpu=self._gpu_utilization)
             gpus = telemetry.latest(session, self.settings.telemetry_stale_after)
-        for gauge in (cp_metrics.TELEMETRY_AGE, cp_metrics.GPU_UTILIZATION,
-                      cp_metrics.GPU_MEMORY_FREE):
-            gauge.clear()
-        for g in gpus:
-            cp_metrics.TELEMETRY_AGE.labels(g["host"], str(g["index"]),
-                                            g["gpu_class"]).set(g["age_s"])
-            if g["stale"]:
-                continue   # a stale reading is not today's load: leave the series out
-            for backend in g["backends"] or ():
-                labels = (g["host"], str(g["index"]), backend)
-                if g["utilization_pct"] is not None:
-                    cp_metrics.GPU_UTILIZATION.labels(*labels).set(g["utilization_pct"] / 100)
-                if g["memory_total_mb"]:
-                    cp_metrics.GPU_MEMORY_FREE.labels(*labels).set(
-                        g["memory_free_mb"] / g["memory_total_mb"])
-        cp_metrics.TELEMETRY_STALE.set(sum(1 for g in gpus if g["stale"]))
-        cp_metrics.SCALING.clear()
-        for r in recs:
-            cp_metrics.SCALING.labels(r["model"]).set(cp_metrics.SCALING_VALUES[r["action"]])
-        changed = [r for r in recs if self._scaling_actions.get(r["model"]) != r["action"]]
-        self._scaling_actions = {r["model"]: r["action"] for r in recs}
-        if changed and self.settings.scaling_webhook:
-            try:
-                self._http.post(self.settings.scaling_webhook, timeout=2,
-                                json={"source": "sluice", "recommendations": changed})
-            except requests.RequestException as exc:
-                log.warning("scaling webhook %s failed: %s", self.settings.scaling_webhook,
-                            exc)
-        return changed
+        telemetry_gauges.publish(gpus)
+        return self.scaling.publish(self.settings.scaling_webhook, recs)
 
     def reload(self) -> None:
         """Re-read settings and make the next tick push to every gateway."""
@@ -179,6 +154,7 @@ class Controller:
             self._engine = make_engine(new.database_url)
             self._sessions = make_sessionmaker(self._engine)
         self.settings = new
+        self._new_client()
         self._cached = None
         self._backoff.clear()
         self._synced = False
@@ -235,10 +211,18 @@ class Controller:
     def close(self) -> None:
         self.weights.scraper.close()
         self.health.close()
-        self._http.close()
+        self.scaling.close()
+        self.client.close()
         self._engine.dispose()
 
     # internals
+
+    def _new_client(self) -> None:
+        """A client from the current settings (token, timeout and CA may have changed),
+        shared by every loop."""
+        old, self.client = self.client, GatewayClient.from_settings(self.settings)
+        self.weights.client = self.health.client = self.usage.client = self.client
+        old.close()
 
     def _guarded(self, step: Callable[[], None]) -> None:
         # A database or DNS outage must not end the loop; the next tick retries.
@@ -281,9 +265,8 @@ class Controller:
 
     def _push_one_timed(self, gateway: Gateway, snap: dict[str, Any]) -> PushResult:
         try:
-            acked = push(gateway.internal_url, self.settings.gateway_token, snap,
-                         self.settings.push_timeout, session=self._http)
-        except PushError as exc:
+            acked = self.client.push_snapshot(gateway.internal_url, snap)
+        except GatewayError as exc:
             return PushResult(gateway.id, error=str(exc))
         if acked != snap["version"]:
             return PushResult(gateway.id, acked=acked,
