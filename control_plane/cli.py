@@ -55,6 +55,7 @@ def _gateway(args: argparse.Namespace) -> int:
     import threading
     from pathlib import Path
 
+    from control_plane.runtime import membership
     from control_plane.runtime.gateway import Gateway, GatewayConfig
     from control_plane.settings import load_settings
 
@@ -73,6 +74,10 @@ def _gateway(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: gw.reload())
     gw.start()
+    # with SLUICE_CONTROL_PLANE_URL: register and heartbeat (runtime/membership.py)
+    member = membership.from_settings(settings, lambda: gw.usage()["boot"])
+    if member is not None:
+        member.start()
     try:
         while not stop.wait(0.5):
             if gw.proc is None or gw.proc.poll() is not None:
@@ -80,6 +85,8 @@ def _gateway(args: argparse.Namespace) -> int:
                 return 1
         return 0
     finally:
+        if member is not None:
+            member.stop(leaving=True)
         gw.stop()
 
 

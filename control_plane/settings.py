@@ -6,6 +6,7 @@ long-running process (the controller) can re-read it on SIGHUP without a restart
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,23 @@ class Settings:
     breaker_cooldown_s: float = 30.0
     breaker_probes: int = 1
 
+    # Fleet membership (control_plane/runtime/membership.py, services/membership.py):
+    # `sluice gateway` registers at `control_plane_url` (the admin API's base URL) as
+    # `gateway_name`, reachable at `advertise_url`, and heartbeats each
+    # `heartbeat_interval`; a member silent for `gateway_ttl` is stale (not pushed to),
+    # for `gateway_gone_after` (default 10 x TTL) gone. Rows are kept.
+    control_plane_url: str | None = None
+    gateway_name: str | None = None
+    advertise_url: str | None = None
+    heartbeat_interval: float = 5.0
+    gateway_ttl: float = 15.0
+    gateway_gone_after: float | None = None
+    # Optional TLS on the gateway's internal listener (PEM files), and the CA the
+    # control plane's GatewayClient verifies https:// internal URLs against.
+    internal_tls_cert: str | None = None
+    internal_tls_key: str | None = None
+    internal_ca: str | None = None
+
     # Admin UI sign-in: this many wrong passwords in a row lock the account for
     # `admin_lockout_s` seconds (a correct password resets the count).
     admin_login_attempts: int = 5
@@ -94,6 +112,10 @@ class Settings:
                           down_gpu_utilization=self.scale_down_gpu,
                           up_requests_per_second=self.scale_up_rps,
                           up_p99_ms=self.scale_up_p99_ms)
+
+    @property
+    def gone_after(self) -> float:
+        return self.gateway_gone_after or 10 * self.gateway_ttl
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -266,6 +288,30 @@ def _database_url(value: str) -> str | None:
     return value or None
 
 
+def _optional_url(value: str) -> str | None:
+    value = value.strip()
+    return _http_url(value) if value else None
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _gateway_name(value: str) -> str | None:
+    value = value.strip()
+    if value and not _NAME_RE.match(value):
+        raise ValueError("must be 1-128 letters, digits and . _ - (a host name works)")
+    return value or None
+
+
+def _readable_file(value: str) -> str | None:
+    value = value.strip()
+    if not value:
+        return None
+    if not os.path.isfile(value) or not os.access(value, os.R_OK):
+        raise ValueError(f"{value!r} is not a readable file")
+    return os.path.abspath(value)
+
+
 # variable name → (Settings field, parser)
 _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DATABASE_URL": ("database_url", _database_url),
@@ -312,6 +358,15 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_ADMIN_LOGIN_ATTEMPTS": ("admin_login_attempts", _count),
     "SLUICE_ADMIN_LOCKOUT_S": ("admin_lockout_s", _positive_float),
     "SLUICE_USAGE_INTERVAL": ("usage_interval", _positive_float),
+    "SLUICE_CONTROL_PLANE_URL": ("control_plane_url", _optional_url),
+    "SLUICE_GATEWAY_NAME": ("gateway_name", _gateway_name),
+    "SLUICE_GATEWAY_ADVERTISE_URL": ("advertise_url", _optional_url),
+    "SLUICE_HEARTBEAT_INTERVAL": ("heartbeat_interval", _positive_float),
+    "SLUICE_GATEWAY_TTL": ("gateway_ttl", _positive_float),
+    "SLUICE_GATEWAY_GONE_AFTER": ("gateway_gone_after", _positive_float),
+    "SLUICE_INTERNAL_TLS_CERT": ("internal_tls_cert", _readable_file),
+    "SLUICE_INTERNAL_TLS_KEY": ("internal_tls_key", _readable_file),
+    "SLUICE_INTERNAL_CA": ("internal_ca", _readable_file),
 }
 
 

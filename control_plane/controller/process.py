@@ -36,7 +36,7 @@ from control_plane.controller.usage_loop import UsageLoop
 from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
-from control_plane.services import scaling, telemetry
+from control_plane.services import membership, scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
@@ -81,6 +81,7 @@ class Controller:
         self.client = GatewayClient.from_settings(settings)
         self._backoff: dict[int, Backoff] = {}
         self._force: set[int] = set()
+        self._live: set[int] = set()   # gateways pushed to at the last tick
         # A (re)started controller may carry new settings that go into the snapshot
         # (SLUICE_BREAKER_*): its first tick pushes to every gateway, acked or not.
         self._force_all = True
@@ -102,7 +103,8 @@ class Controller:
             self._sync_gateways()
         with self._sessions() as session:
             version = current_version(session)
-            gateways = list(session.scalars(select(Gateway).order_by(Gateway.id)))
+            gateways = membership.live(session, self.settings.gateway_ttl)
+        self._note_membership(gateways)
         if self._force_all:
             self._force |= {g.id for g in gateways}
             self._force_all = False
@@ -124,6 +126,20 @@ class Controller:
             self.health.kick(self.settings, self._sessions, gateways, self._snapshot(version))
         if gateways and self.usage.due():
             self.usage.run(self.settings, self._sessions, gateways)
+
+    def _note_membership(self, gateways: list[Gateway]) -> None:
+        """A member back from stale (or new) is tried at once, not after the backoff
+        its silence earned; one that went stale is logged."""
+        ids = {g.id for g in gateways}
+        for g in gateways:
+            if g.id not in self._live:
+                self._backoff.pop(g.id, None)
+                if self._live or g.registered:
+                    log.info("gateway %s is live at %s", g.name, g.internal_url)
+        for gid in self._live - ids:
+            log.warning("gateway id=%d is no longer live: not pushed to", gid)
+            self._backoff.pop(gid, None)
+        self._live = ids
 
     def _gpu_utilization(self, session: Session) -> dict[str, float]:
         return telemetry.model_utilization(session, self.settings.telemetry_stale_after)
@@ -160,7 +176,7 @@ class Controller:
         self._synced = False
         ids = self._sync_gateways()
         with self._sessions() as session:
-            ids |= set(session.scalars(select(Gateway.id)))
+            ids |= {g.id for g in membership.live(session, self.settings.gateway_ttl)}
         self._force = ids
         log.info("reload: settings re-read; re-pushing to %d gateway(s)", len(ids))
 

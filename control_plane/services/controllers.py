@@ -1,0 +1,60 @@
+"""The controller processes and the election between them.
+
+Any number of `sluice controller`s may run against one database; the one holding the
+PostgreSQL session advisory lock LOCK_KEY is active (control_plane/controller/
+leader.py). A holder that dies loses its session and so the lock; a standby takes it
+within a second or two. Each process also upserts its row in `controllers` every tick,
+for the API and the UI; whether a row is active is read from pg_locks, the truth,
+never from the row alone.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from control_plane.records import ControllerRecord
+
+# pg_try_advisory_lock(bigint): one number for "the active Sluice controller" per
+# database; below 2**31 so pg_locks shows it as classid 0, objid LOCK_KEY.
+LOCK_KEY = 1_543_510_240
+SEEN_WITHIN = timedelta(seconds=60)   # rows older than this are not listed
+
+
+def holder_name(session: Session) -> str | None:
+    """The application_name of the session that holds the lock (a controller id)."""
+    return session.scalar(text(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = :key "
+        "AND l.objsubid = 1 AND l.granted "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+        {"key": LOCK_KEY})
+
+
+def report(session: Session, controller_id: str, host: str, pid: int, started_at: datetime,
+           active_since: datetime | None) -> None:
+    """Upsert this controller's row (last_seen_at = now); commits."""
+    values = {"host": host[:255], "pid": pid, "started_at": started_at,
+              "last_seen_at": func.now(), "active_since": active_since}
+    session.execute(insert(ControllerRecord).values(id=controller_id, **values)
+                    .on_conflict_do_update(index_elements=["id"], set_=values))
+    session.commit()
+
+
+def listing(session: Session) -> dict[str, Any]:
+    """Controllers seen lately, the active one first, and which one is active."""
+    active = holder_name(session)
+    rows = session.scalars(select(ControllerRecord).where(
+        ControllerRecord.last_seen_at >= func.now() - SEEN_WITHIN)
+        .order_by(ControllerRecord.started_at))
+    items = []
+    for r in rows:
+        is_active = r.id == active
+        items.append({"id": r.id, "host": r.host, "pid": r.pid, "active": is_active,
+                      "started_at": r.started_at, "last_seen_at": r.last_seen_at,
+                      "active_since": r.active_since if is_active else None})
+    items.sort(key=lambda c: not c["active"])
+    return {"active": active, "items": items}

@@ -1,0 +1,137 @@
+"""Gateways that join by themselves: `sluice gateway` processes started with the
+control plane's URL register, heartbeat, get the current snapshot, go stale when
+silent, come back and catch up; a restarted one serves its last-known-good file until
+the controller pushes the current version. Real API, controller, Postgres and nginx."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+from waiting import eventually
+
+from control_plane.runtime import procs
+from control_plane.runtime.gateway import Gateway, GatewayConfig
+
+REPO = Path(__file__).resolve().parents[2]
+TTL = 2.0
+
+
+@dataclass
+class Member:
+    """A `sluice gateway` process, and a handle to read its listeners."""
+    name: str
+    proc: object
+    view: Gateway
+
+    @property
+    def url(self) -> str:
+        return self.view.url
+
+
+def start_member(stack, name: str, ports: tuple[int, int] | None = None,
+                 **env) -> Member:
+    port, internal = ports or procs.free_ports(2)
+    prefix = stack.tmp / name
+    environ = dict(stack.env(), SLUICE_CONTROL_PLANE_URL=f"http://127.0.0.1:{stack.api_port}",
+                   SLUICE_GATEWAY_NAME=name, SLUICE_GATEWAY_PORT=str(port),
+                   SLUICE_INTERNAL_PORT=str(internal), SLUICE_GATEWAY_HOST="127.0.0.1",
+                   SLUICE_HEARTBEAT_INTERVAL="0.3", **env)
+    environ.pop("SLUICE_CONFIG", None)
+    proc = procs.spawn([sys.executable, "-m", "control_plane.cli", "gateway", "--prefix",
+                        str(prefix), "--workers", "1"],
+                       log=stack.tmp / f"{name}.log", env=environ, cwd=REPO)
+    stack.children[name] = proc
+    view = Gateway(GatewayConfig(prefix=prefix, port=port, internal_port=internal,
+                                 token=stack.gateway_token))
+    return Member(name, proc, view)
+
+
+def listed(stack) -> dict[str, dict]:
+    return {g["name"]: g for g in stack.admin.list("gateways")}
+
+
+def summary(stack) -> dict:
+    return stack.admin.session.get(stack.admin_url + "/fleet", timeout=5).json()
+
+
+@pytest.fixture
+def fleet(bare_stack):
+    """API and controller, no gateway listed: members only; a short TTL."""
+    with open(bare_stack.config_file, "a") as f:
+        f.write(f"SLUICE_GATEWAY_TTL={TTL}\nSLUICE_GATEWAY_GONE_AFTER={3 * TTL}\n")
+    bare_stack.start_api()
+    bare_stack.start_controller()
+    return bare_stack
+
+
+def test_gateways_join_get_the_snapshot_and_show_in_the_api(fleet):
+    fleet.admin.create("models", name="chat-demo")
+    version = fleet.admin.config_version()
+    a = start_member(fleet, "edge-a")
+    b = start_member(fleet, "edge-b")
+    for m in (a, b):
+        eventually(lambda: m.view.served_version() == version, 20,
+                   message=f"{m.name} serves the current snapshot")
+        assert requests.get(m.url + "/readyz", timeout=5).status_code == 200
+    found = eventually(lambda: (f := listed(fleet)) and all(
+        f.get(n, {}).get("acked_version") == version for n in ("edge-a", "edge-b")) and f, 10)
+    for m in (a, b):
+        g = found[m.name]
+        assert (g["registered"], g["live"], g["state"], g["lag"]) == (True, True, "live", 0)
+        assert g["boot_id"] == m.view.usage()["boot"]
+        assert g["internal_url"] == m.view.internal_url and g["sluice_version"]
+    counts = summary(fleet)
+    assert (counts["live"], counts["on_current_version"]) == (2, 2)
+
+    # a config change reaches every member
+    fleet.admin.create("models", name="second")
+    version = fleet.admin.config_version()
+    for m in (a, b):
+        eventually(lambda: m.view.served_version() == version, 20)
+
+
+def test_a_silent_member_goes_stale_then_gone_and_catches_up_on_return(fleet):
+    m = start_member(fleet, "edge-a")
+    eventually(lambda: m.view.served_version() == fleet.admin.config_version(), 20)
+    os.kill(m.proc.pid, signal.SIGSTOP)        # heartbeats stop; nginx keeps serving
+    try:
+        eventually(lambda: listed(fleet)["edge-a"]["state"] == "stale", 10)
+        fleet.admin.create("models", name="while-away")
+        version = fleet.admin.config_version()
+        eventually(lambda: listed(fleet)["edge-a"]["state"] == "gone", 15)
+        assert m.view.served_version() == version - 1      # not pushed to while away
+        assert listed(fleet)["edge-a"]["lag"] == 1
+        assert requests.get(m.url + "/readyz", timeout=5).status_code == 200
+    finally:
+        os.kill(m.proc.pid, signal.SIGCONT)
+    eventually(lambda: m.view.served_version() == version, 20, message="catches up")
+    g = eventually(lambda: (g := listed(fleet)["edge-a"])["lag"] == 0 and g, 10)
+    assert g["state"] == "live"
+
+
+def test_a_restarted_member_serves_its_lkg_then_catches_up(fleet):
+    ports = tuple(procs.free_ports(2))
+    m = start_member(fleet, "edge-a", ports)
+    first = fleet.admin.config_version()
+    eventually(lambda: m.view.served_version() == first, 20)
+    boot = m.view.usage()["boot"]
+    fleet.stop("edge-a")                                   # SIGTERM: it says it leaves
+    assert listed(fleet)["edge-a"]["state"] == "gone"      # at once, not after the TTL
+    fleet.stop("controller")
+    fleet.admin.create("models", name="while-down")
+    current = fleet.admin.config_version()
+
+    m = start_member(fleet, "edge-a", ports)
+    eventually(lambda: m.view.served_version() == first, 20)
+    assert m.view.snapshot_status()["source"] == "lkg"     # no controller: last-known-good
+    assert requests.get(m.url + "/readyz", timeout=5).status_code == 200
+    g = eventually(lambda: (g := listed(fleet)["edge-a"])["state"] == "live" and g, 10)
+    assert g["boot_id"] != boot and g["acked_version"] is None
+
+    fleet.start_controller()
+    eventually(lambda: m.view.served_version() == current, 20, message="catches up")
