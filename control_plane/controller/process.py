@@ -11,11 +11,20 @@ fails is retried with exponential backoff, 0.5 s doubling to 30 s, reset on succ
 SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway,
 as the first tick after a start does (settings such as SLUICE_BREAKER_* are in it);
 SIGTERM and SIGINT stop the loop after the current tick.
+
+Any number of controllers may run: only the one holding the leader lock (leader.py)
+ticks; the others stand by, retrying each second, and take over within a few seconds
+of its death. Versions never go backwards: snapshot versions come from Postgres and
+gateways refuse older ones; weight, health and usage versions start above what the
+gateways hold. Usage is collected per gateway in one transaction with its cursor
+row locked (services/usage_sync.py), so a takeover counts nothing twice.
 """
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,12 +40,13 @@ from control_plane import cp_metrics
 from control_plane.controller import telemetry_gauges
 from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.controller.health_loop import HealthLoop
+from control_plane.controller.leader import STANDBY_RETRY, Leadership
 from control_plane.controller.scaling_webhook import ScalingWebhook
 from control_plane.controller.usage_loop import UsageLoop
 from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
-from control_plane.services import membership, scaling, telemetry
+from control_plane.services import controllers, membership, scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
@@ -49,6 +59,7 @@ BACKOFF_START = 0.5
 BACKOFF_CAP = 30.0
 MAX_PARALLEL_PUSHES = 16
 SCALING_EVERY = 15.0   # seconds between scaling recommendations
+REPORT_EVERY = 1.0     # seconds between updates of this process's `controllers` row
 
 
 @dataclass
@@ -202,9 +213,13 @@ class Controller:
         return thread
 
     def run_forever(self) -> None:
-        log.info("controller started: %d gateway(s) from settings, interval %.2fs",
-                 len(self.settings.gateways), self.settings.controller_interval)
+        """Stand by until this process holds the leader lock (leader.py), then run the
+        ticks while it holds it; SIGTERM/SIGINT end the loop and release the lock."""
+        leader = Leadership(self.settings.require_database_url())
+        log.info("controller %s started: %d gateway(s) from settings, interval %.2fs",
+                 leader.id, len(self.settings.gateways), self.settings.controller_interval)
         cp_metrics.set_slas(dict(self.settings.model_slas))
+        cp_metrics.CONTROLLER_ACTIVE.set(0)
         try:
             cp_metrics.serve(self.settings.controller_metrics_port,
                              self.settings.controller_metrics_host)
@@ -212,17 +227,49 @@ class Controller:
             log.error("cannot serve metrics on port %s: %s",
                       self.settings.controller_metrics_port, exc)
         shipping = self.start_shipping()
-        while not self._stopping:
-            if self._reload_requested:
-                self._reload_requested = False
-                self._guarded(self.reload)
-            self._guarded(self.tick)
-            self._guarded(self.scaling_tick)
-            self._sleep(self.settings.controller_interval)
-        if shipping is not None:
-            shipping.join(timeout=30)   # let the batch in flight commit
-        self.close()
+        started = datetime.now(timezone.utc)
+        next_report = 0.0
+        try:
+            while not self._stopping:
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self._guarded(self.reload)
+                was_active = leader.active
+                active = leader.check()
+                if active != was_active:
+                    cp_metrics.CONTROLLER_ACTIVE.set(1 if active else 0)
+                    if active:
+                        self.take_over()
+                if self._clock() >= next_report:
+                    next_report = self._clock() + REPORT_EVERY
+                    self._guarded(lambda: self._report(leader, started))
+                if not active:
+                    self._sleep(STANDBY_RETRY)
+                    continue
+                self._guarded(self.tick)
+                self._guarded(self.scaling_tick)
+                self._sleep(self.settings.controller_interval)
+        finally:
+            leader.release()
+            cp_metrics.CONTROLLER_ACTIVE.set(0)
+            if shipping is not None:
+                shipping.join(timeout=30)   # let the batch in flight commit
+            self.close()
         log.info("controller stopped")
+
+    def take_over(self) -> None:
+        """This process just became the active one: forget what a previous term (or
+        none) knew, and push everything to every gateway at the next tick."""
+        self._force_all = True
+        self._cached = None
+        self._backoff.clear()
+        self._live = set()
+        self._synced = False
+
+    def _report(self, leader: Leadership, started: datetime) -> None:
+        with self._sessions() as session:
+            controllers.report(session, leader.id, socket.gethostname(), os.getpid(),
+                               started, leader.active_since)
 
     def close(self) -> None:
         self.weights.scraper.close()
