@@ -63,12 +63,17 @@ def _gateway(args: argparse.Namespace) -> int:
     if not settings.gateway_token:
         print("sluice gateway: SLUICE_GATEWAY_TOKEN is not set", file=sys.stderr)
         return 2
+    if bool(settings.internal_tls_cert) != bool(settings.internal_tls_key):
+        print("sluice gateway: internal TLS needs both SLUICE_INTERNAL_TLS_CERT and "
+              "SLUICE_INTERNAL_TLS_KEY", file=sys.stderr)
+        return 2
     gw = Gateway(GatewayConfig(
         prefix=Path(args.prefix), token=settings.gateway_token, workers=args.workers,
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
-        redis_failure=settings.redis_failure))
+        redis_failure=settings.redis_failure, internal_tls_cert=settings.internal_tls_cert,
+        internal_tls_key=settings.internal_tls_key, internal_ca=settings.internal_ca))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -188,10 +188,26 @@ class KeySchema(Schema):
                 "created_at": iso(k.created_at), "updated_at": iso(k.updated_at)}
 
 
+_http_internal = v.http_url(allow_path=True)
+
+
+def internal_url(value: Any) -> str:
+    """A gateway's internal listener: http:// or, with internal TLS, https://."""
+    if isinstance(value, str) and value[:8].lower() == "https://":
+        try:
+            return "https://" + _http_internal("http://" + value[8:])[len("http://"):]
+        except ValueError:
+            raise ValueError("must be a URL of the form http(s)://host:port[/base]") from None
+    try:
+        return _http_internal(value)
+    except ValueError:
+        raise ValueError("must be a URL of the form http(s)://host:port[/base]") from None
+
+
 class GatewaySchema(Schema):
     create = {
         "name": Field(v.name, required=True),
-        "internal_url": Field(v.http_url(allow_path=True), required=True),
+        "internal_url": Field(internal_url, required=True),
     }
     update = {k: Field(f.parse) for k, f in create.items()}
     read_only = COMMON_READ_ONLY + ("acked_version", "last_push_at", "last_error",
@@ -221,7 +237,7 @@ def label(value: Any) -> str:
 # POST /api/v1/gateways/register: a gateway's registration, sent again as each heartbeat
 GATEWAY_REGISTRATION = {
     "name": Field(v.name, required=True),
-    "internal_url": Field(v.http_url(allow_path=True), required=True),
+    "internal_url": Field(internal_url, required=True),
     "boot_id": Field(label, required=True),
     "sluice_version": Field(label, required=True),
     "leaving": Field(v.boolean),

@@ -61,7 +61,9 @@ class GatewayClient:
         self.token = token
         self.timeout = timeout
         self.http = requests.Session()
-        self.http.verify = ca if ca else True
+        # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a
+        # session's verify, and then our CA would be silently ignored
+        self.verify: str | bool = ca if ca else True
         retry = Retry(total=retries, connect=retries, read=0, status=0, other=0,
                       redirect=0, backoff_factor=0.1, allowed_methods=None,
                       raise_on_status=False)
@@ -86,12 +88,12 @@ class GatewayClient:
 
     def get(self, base: str, path: str, timeout: float | None = None) -> requests.Response:
         return self.http.get(base.rstrip("/") + path, headers=self._headers(),
-                             timeout=timeout or self.timeout)
+                             timeout=timeout or self.timeout, verify=self.verify)
 
     def post(self, base: str, path: str, body: Any,
              timeout: float | None = None) -> requests.Response:
         return self.http.post(base.rstrip("/") + path, json=body, headers=self._headers(),
-                              timeout=timeout or self.timeout)
+                              timeout=timeout or self.timeout, verify=self.verify)
 
     # typed calls: GatewayError on anything but the expected answer
 

@@ -69,6 +69,11 @@ class GatewayConfig:
     redis_failure: str = "open"
     lua_root: Path = field(default_factory=lambda: REPO / "lua")
     error_log_level: str = "warn"
+    # Optional TLS on the internal listener (PEM files; a chain file works), and the
+    # CA this process verifies it with when it calls its own listener.
+    internal_tls_cert: Path | None = None
+    internal_tls_key: Path | None = None
+    internal_ca: Path | None = None
 
 
 def _is_root() -> bool:
@@ -122,6 +127,28 @@ def _redis(cfg: GatewayConfig) -> tuple[str, str]:
     return "{ " + ", ".join(fields) + " }", resolver
 
 
+def _internal_tls(cfg: GatewayConfig) -> tuple[str, str]:
+    """The internal listener's `listen` flag and TLS directives ("" without TLS)."""
+    if not cfg.internal_tls_cert and not cfg.internal_tls_key:
+        return "", "# no TLS on the internal listener (SLUICE_INTERNAL_TLS_CERT/_KEY)"
+    if not (cfg.internal_tls_cert and cfg.internal_tls_key):
+        raise ValueError("internal TLS needs both a certificate and a key")
+    paths = []
+    for path in (cfg.internal_tls_cert, cfg.internal_tls_key):
+        resolved = Path(path).resolve()
+        if not resolved.is_file():
+            raise ValueError(f"internal TLS file {resolved} does not exist")
+        if any(c in str(resolved) for c in ' ;{}"\'\\'):
+            raise ValueError(f"internal TLS file {resolved}: unsafe characters in the path")
+        paths.append(resolved)
+    return " ssl", "\n        ".join((
+        f"ssl_certificate {paths[0]};",
+        f"ssl_certificate_key {paths[1]};",
+        "ssl_protocols TLSv1.2 TLSv1.3;",
+        "ssl_prefer_server_ciphers off;",
+        "ssl_session_tickets off;"))
+
+
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
     if not _TOKEN_RE.match(cfg.token):
@@ -135,6 +162,7 @@ def render(cfg: GatewayConfig) -> str:
         # nginx would quietly merge both servers on one socket, public one first
         raise ValueError("port and internal_port must differ")
     redis, resolver = _redis(cfg)
+    internal_ssl, internal_tls = _internal_tls(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
@@ -146,6 +174,8 @@ def render(cfg: GatewayConfig) -> str:
         "port": str(int(cfg.port)),
         "internal_port": str(int(cfg.internal_port)),
         "internal_host": cfg.internal_host,
+        "internal_ssl": internal_ssl,
+        "internal_tls": internal_tls,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
         "redis": redis,
@@ -180,7 +210,8 @@ class Gateway:
         self.cfg = cfg
         self.prefix = Path(cfg.prefix).resolve()
         self.proc: subprocess.Popen | None = None
-        self.client = GatewayClient(cfg.token, timeout=10, retries=0)
+        self.client = GatewayClient(cfg.token, timeout=10, retries=0,
+                                    ca=str(cfg.internal_ca) if cfg.internal_ca else None)
 
     @property
     def url(self) -> str:
@@ -188,7 +219,8 @@ class Gateway:
 
     @property
     def internal_url(self) -> str:
-        return f"http://127.0.0.1:{self.cfg.internal_port}"
+        scheme = "https" if self.cfg.internal_tls_cert else "http"
+        return f"{scheme}://127.0.0.1:{self.cfg.internal_port}"
 
     @property
     def conf_path(self) -> Path:

@@ -65,8 +65,7 @@ class Membership:
         self._boot_id = boot_id
         self._http = requests.Session()
         self._http.headers["Authorization"] = f"Bearer {token}"
-        if ca:
-            self._http.verify = ca
+        self._verify: str | bool = ca or True   # per request: see gateway_client.py
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_problem: str | None = ""   # "": nothing sent yet
@@ -100,7 +99,7 @@ class Membership:
         if leaving:
             body["leaving"] = True
         try:
-            resp = self._http.post(self.url, json=body, timeout=TIMEOUT)
+            resp = self._http.post(self.url, json=body, timeout=TIMEOUT, verify=self._verify)
         except requests.RequestException as exc:
             self._note(f"control plane {self.url} unreachable: {type(exc).__name__}")
             return False
