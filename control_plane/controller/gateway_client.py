@@ -16,14 +16,16 @@ runtime) that look at statuses themselves.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+from urllib3.exceptions import NewConnectionError
 
 DEFAULT_TIMEOUT = 5.0
 POOL_SIZE = 32   # parallel calls per gateway host (the loops' fan-out is 16)
+RETRY_DELAY = 0.1
 
 
 class GatewayError(Exception):
@@ -40,6 +42,16 @@ def _message(resp: requests.Response) -> str:
         return str(resp.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return resp.text[:200].strip() or resp.reason or ""
+
+
+def _never_sent(exc: requests.RequestException) -> bool:
+    """Whether the request failed before a connection existed (refused, unreachable,
+    connect timeout), so repeating it cannot apply anything twice."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.ConnectionError) or not exc.args:
+        return False
+    return isinstance(getattr(exc.args[0], "reason", None), NewConnectionError)
 
 
 def _version(url: str, resp: requests.Response) -> int:
@@ -60,14 +72,13 @@ class GatewayClient:
                  ca: str | None = None, retries: int = 1):
         self.token = token
         self.timeout = timeout
+        self.retries = retries
         self.http = requests.Session()
         # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a
         # session's verify, and then our CA would be silently ignored
         self.verify: str | bool = ca if ca else True
-        retry = Retry(total=retries, connect=retries, read=0, status=0, other=0,
-                      redirect=0, backoff_factor=0.1, allowed_methods=None,
-                      raise_on_status=False)
-        adapter = HTTPAdapter(max_retries=retry, pool_connections=POOL_SIZE,
+        # retries are ours (_send): urllib3's would log a warning per attempt
+        adapter = HTTPAdapter(max_retries=0, pool_connections=POOL_SIZE,
                               pool_maxsize=POOL_SIZE)
         self.http.mount("http://", adapter)
         self.http.mount("https://", adapter)
@@ -86,14 +97,24 @@ class GatewayClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    def _send(self, method: str, url: str, body: Any, timeout: float | None
+              ) -> requests.Response:
+        for attempt in range(self.retries + 1):
+            try:
+                return self.http.request(method, url, json=body, headers=self._headers(),
+                                         timeout=timeout or self.timeout, verify=self.verify)
+            except requests.RequestException as exc:
+                if attempt == self.retries or not _never_sent(exc):
+                    raise
+            time.sleep(RETRY_DELAY)
+        raise AssertionError("not reached")
+
     def get(self, base: str, path: str, timeout: float | None = None) -> requests.Response:
-        return self.http.get(base.rstrip("/") + path, headers=self._headers(),
-                             timeout=timeout or self.timeout, verify=self.verify)
+        return self._send("GET", base.rstrip("/") + path, None, timeout)
 
     def post(self, base: str, path: str, body: Any,
              timeout: float | None = None) -> requests.Response:
-        return self.http.post(base.rstrip("/") + path, json=body, headers=self._headers(),
-                              timeout=timeout or self.timeout, verify=self.verify)
+        return self._send("POST", base.rstrip("/") + path, body, timeout)
 
     # typed calls: GatewayError on anything but the expected answer
 

@@ -92,7 +92,7 @@ class Controller:
         self.client = GatewayClient.from_settings(settings)
         self._backoff: dict[int, Backoff] = {}
         self._force: set[int] = set()
-        self._live: set[int] = set()   # gateways pushed to at the last tick
+        self._live: dict[int, str] = {}   # id -> name of the gateways of the last tick
         # A (re)started controller may carry new settings that go into the snapshot
         # (SLUICE_BREAKER_*): its first tick pushes to every gateway, acked or not.
         self._force_all = True
@@ -141,16 +141,17 @@ class Controller:
     def _note_membership(self, gateways: list[Gateway]) -> None:
         """A member back from stale (or new) is tried at once, not after the backoff
         its silence earned; one that went stale is logged."""
-        ids = {g.id for g in gateways}
+        live = {g.id: g.name for g in gateways}
         for g in gateways:
             if g.id not in self._live:
                 self._backoff.pop(g.id, None)
-                if self._live or g.registered:
+                if g.registered:
                     log.info("gateway %s is live at %s", g.name, g.internal_url)
-        for gid in self._live - ids:
-            log.warning("gateway id=%d is no longer live: not pushed to", gid)
+        for gid in self._live.keys() - live.keys():
+            log.warning("gateway %s is no longer live (stale, gone or deleted): not "
+                        "pushed to", self._live[gid])
             self._backoff.pop(gid, None)
-        self._live = ids
+        self._live = live
 
     def _gpu_utilization(self, session: Session) -> dict[str, float]:
         return telemetry.model_utilization(session, self.settings.telemetry_stale_after)
@@ -263,7 +264,7 @@ class Controller:
         self._force_all = True
         self._cached = None
         self._backoff.clear()
-        self._live = set()
+        self._live = {}
         self._synced = False
 
     def _report(self, leader: Leadership, started: datetime) -> None:

@@ -82,3 +82,44 @@ def test_resolve():
     assert resolve_ipv4("10.1.2.3") == "10.1.2.3"
     with pytest.raises(ResolveError):
         resolve_ipv4("no-such-host.invalid")
+
+
+def test_a_refused_connection_is_retried_until_the_listener_is_there():
+    """The connection retry: a gateway that starts listening between two attempts."""
+    import socket
+    import threading as th
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()                         # nothing listens: refused
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "14")
+            self.end_headers()
+            self.wfile.write(b'{"version": 3}')
+
+        def log_message(self, *args):
+            pass
+
+    def listen_soon():
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        th.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+    started: list = []
+    timer = th.Timer(0.15, listen_soon)
+    timer.start()
+    client = GatewayClient("tok", timeout=2, retries=20)
+    try:
+        assert client.push_snapshot(f"http://127.0.0.1:{port}", {"version": 3}) == 3
+    finally:
+        timer.join()
+        for server in started:
+            server.shutdown()
+            server.server_close()
+    assert seen == ["/internal/snapshot"]
