@@ -151,6 +151,10 @@ class Controller:
             log.warning("gateway %s is no longer live (stale, gone or deleted): not "
                         "pushed to", self._live[gid])
             self._backoff.pop(gid, None)
+            try:
+                cp_metrics.ACKED_VERSION.remove(self._live[gid])
+            except KeyError:
+                pass
         self._live = live
 
     def _gpu_utilization(self, session: Session) -> dict[str, float]:

@@ -219,8 +219,15 @@ class Gateway:
 
     @property
     def internal_url(self) -> str:
+        """Where this host reaches the internal listener: its address, or loopback
+        when it listens on every interface."""
         scheme = "https" if self.cfg.internal_tls_cert else "http"
-        return f"{scheme}://127.0.0.1:{self.cfg.internal_port}"
+        host = self.cfg.internal_host
+        if host in ("", "0.0.0.0", "::", "[::]", "*"):
+            host = "127.0.0.1"
+        elif ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.cfg.internal_port}"
 
     @property
     def conf_path(self) -> Path:

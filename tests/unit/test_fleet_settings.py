@@ -67,3 +67,16 @@ def test_internal_tls_renders_only_into_the_internal_server(tmp_path):
     assert "ssl" not in public.split("--- public listener")[1].split("location")[0]
     with pytest.raises(ValueError, match="both a certificate and a key"):
         render(GatewayConfig(**base, internal_tls_cert=cert))
+
+
+def test_the_runtime_reaches_its_internal_listener_where_it_listens(tmp_path):
+    from control_plane.runtime.gateway import Gateway
+
+    def url(host, **tls):
+        return Gateway(GatewayConfig(prefix=tmp_path, port=1, internal_port=2,
+                                     token="t" * 32, internal_host=host, **tls)).internal_url
+    assert url("127.0.0.1") == "http://127.0.0.1:2"
+    assert url("0.0.0.0") == "http://127.0.0.1:2"
+    assert url("10.1.2.3") == "http://10.1.2.3:2"
+    assert url("fd00::5") == "http://[fd00::5]:2"
+    assert url("10.1.2.3", internal_tls_cert=tmp_path / "c") == "https://10.1.2.3:2"
