@@ -1,5 +1,5 @@
 """Which of the running controllers is active: the one holding a PostgreSQL session
-advisory lock (services/controllers.LOCK_KEY) on a connection of its own, kept for as
+advisory lock (services/controllers.LOCK) on a connection of its own, kept for as
 long as it leads.
 
     standby ── pg_try_advisory_lock ──> active ── its session ends (crash, kill -9,
@@ -27,7 +27,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.pool import NullPool
 
 from control_plane.db import make_engine
-from control_plane.services.controllers import LOCK_KEY
+from control_plane.services.controllers import LOCK
 
 log = logging.getLogger("sluice.controller.leader")
 
@@ -61,8 +61,8 @@ class Leadership:
             try:
                 held = self._conn.execute(text(
                     "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() "
-                    "AND locktype = 'advisory' AND classid = 0 AND objid = :key "
-                    "AND objsubid = 1 AND granted"), {"key": LOCK_KEY}).scalar()
+                    "AND locktype = 'advisory' AND classid = :k1 AND objid = :k2 "
+                    "AND objsubid = 2 AND granted"), {"k1": LOCK[0], "k2": LOCK[1]}).scalar()
             except Exception as exc:  # noqa: BLE001 - any failure: we may not lead
                 log.error("lost the database connection that holds the leader lock: %s",
                           type(exc).__name__)
@@ -78,8 +78,8 @@ class Leadership:
             log.debug("cannot reach the database for the leader lock: %s", exc)
             return False
         try:
-            got = conn.execute(text("SELECT pg_try_advisory_lock(:key)"),
-                               {"key": LOCK_KEY}).scalar()
+            got = conn.execute(text("SELECT pg_try_advisory_lock(:k1, :k2)"),
+                               {"k1": LOCK[0], "k2": LOCK[1]}).scalar()
         except Exception:  # noqa: BLE001
             conn.close()
             return False

@@ -1,7 +1,7 @@
 """The controller processes and the election between them.
 
 Any number of `sluice controller`s may run against one database; the one holding the
-PostgreSQL session advisory lock LOCK_KEY is active (control_plane/controller/
+PostgreSQL session advisory lock LOCK is active (control_plane/controller/
 leader.py). A holder that dies loses its session and so the lock; a standby takes it
 within a second or two. Each process also upserts its row in `controllers` every tick,
 for the API and the UI; whether a row is active is read from pg_locks, the truth,
@@ -18,9 +18,10 @@ from sqlalchemy.orm import Session
 
 from control_plane.records import ControllerRecord
 
-# pg_try_advisory_lock(bigint): one number for "the active Sluice controller" per
-# database; below 2**31 so pg_locks shows it as classid 0, objid LOCK_KEY.
-LOCK_KEY = 1_543_510_240
+# pg_try_advisory_lock(int4, int4): "the active Sluice controller" per database. The
+# two-key form (objsubid 2 in pg_locks) never meets the one-key locks the log shipper
+# takes per source, whatever their numbers.
+LOCK = (1_397_511_253, 1)   # "SLUU", 1
 SEEN_WITHIN = timedelta(seconds=60)   # rows older than this are not listed
 
 
@@ -28,10 +29,10 @@ def holder_name(session: Session) -> str | None:
     """The application_name of the session that holds the lock (a controller id)."""
     return session.scalar(text(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = :key "
-        "AND l.objsubid = 1 AND l.granted "
+        "WHERE l.locktype = 'advisory' AND l.classid = :k1 AND l.objid = :k2 "
+        "AND l.objsubid = 2 AND l.granted "
         "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
-        {"key": LOCK_KEY})
+        {"k1": LOCK[0], "k2": LOCK[1]})
 
 
 def report(session: Session, controller_id: str, host: str, pid: int, started_at: datetime,

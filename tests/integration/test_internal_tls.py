@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from fleet_members import listed, start_member
 from waiting import eventually
 
 from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.runtime import procs
 from control_plane.runtime.gateway import Gateway, GatewayConfig
-
-from test_membership import listed, start_member
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -90,8 +89,6 @@ def test_a_tls_member_joins_and_the_controller_pushes_over_verified_tls(bare_sta
     m = start_member(bare_stack, "edge-tls", SLUICE_INTERNAL_TLS_CERT=str(pki["cert"]),
                      SLUICE_INTERNAL_TLS_KEY=str(pki["key"]),
                      SLUICE_INTERNAL_CA=str(pki["ca"]))
-    m.view.cfg.internal_tls_cert = pki["cert"]
-    m.view.client = GatewayClient(bare_stack.gateway_token, ca=str(pki["ca"]))
     eventually(lambda: m.view.served_version() == version, 20,
                message="the controller pushed over TLS")
     g = listed(bare_stack)["edge-tls"]
