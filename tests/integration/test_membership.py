@@ -45,6 +45,11 @@ def test_gateways_join_get_the_snapshot_and_show_in_the_api(fleet):
         assert g["internal_url"] == m.view.internal_url and g["sluice_version"]
     counts = summary(fleet)
     assert (counts["live"], counts["on_current_version"]) == (2, 2)
+    # weights and backend readiness reach members too
+    for m in (a, b):
+        eventually(lambda: m.view.weights_status()["version"] > 0, 10)
+        eventually(lambda: m.view.client.health_status(m.view.internal_url)["version"] > 0,
+                   10)
 
     # a config change reaches every member
     fleet.admin.create("models", name="second")
@@ -93,3 +98,26 @@ def test_a_restarted_member_serves_its_lkg_then_catches_up(fleet):
 
     fleet.start_controller()
     eventually(lambda: m.view.served_version() == current, 20, message="catches up")
+
+
+def test_usage_of_a_member_is_collected(fleet):
+    url = fleet.start_backend("chat-a")
+    model = fleet.admin.create("models", name="chat-demo", timeout_ms=5000)
+    fleet.admin.create("backends", name="chat-a", model_id=model["id"], url=url,
+                       protocol="openai", weight=100)
+    consumer = fleet.admin.create("consumers", name="team-a")
+    key = fleet.admin.create("keys", consumer_id=consumer["id"], name="ci")["key"]
+    m = start_member(fleet, "edge-a")
+    eventually(lambda: m.view.served_version() == fleet.admin.config_version(), 20)
+    for _ in range(3):
+        r = requests.post(m.url + "/v1/chat/completions", timeout=10,
+                          headers={"Authorization": f"Bearer {key}"},
+                          json={"model": "chat-demo",
+                                "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+
+    def used() -> int:
+        r = fleet.admin.session.get(f"{fleet.admin_url}/consumers/{consumer['id']}/usage",
+                                    timeout=5)
+        return r.json()["today"]["requests"]
+    eventually(lambda: used() == 3, 20, message="the member's usage reaches Postgres")
