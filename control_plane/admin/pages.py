@@ -16,7 +16,7 @@ from control_plane.admin.forms import (Input, default_values, form_values, parse
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
                                        JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
-from control_plane.api.fleet import render_gateway
+from control_plane.api.fleet import gateway_renderer
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
@@ -26,6 +26,10 @@ from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
 from control_plane.services.routes import ROUTES
+
+# the gateways page's membership columns, as the API renders them
+render_gateway = gateway_renderer(db)
+
 
 Column = tuple[str, Callable[[Any], Any]]
 

@@ -30,23 +30,25 @@ log = logging.getLogger("sluice.api.fleet")
 
 REGISTER_PATH = "/api/v1/gateways/register"
 _schema = GatewaySchema()
-_db: Callable[[], Session] | None = None
 
 
-def _context() -> tuple[Any, int, float, float]:
-    """(now, current version, ttl, gone_after), once per request."""
-    if "fleet_context" not in g:
-        settings = current_app.config["SLUICE_SETTINGS"]
-        session = _db()
-        g.fleet_context = (membership.db_now(session), current_version(session),
-                           settings.gateway_ttl, settings.gone_after)
-        session.commit()   # end the read transaction: views that write begin their own
-    return g.fleet_context
+def gateway_renderer(db: Callable[[], Session]) -> Callable[[Gateway], dict[str, Any]]:
+    """A gateway's JSON with its membership fields; what they are judged against (the
+    database's now, the current version, the TTLs) is read once per request."""
+    def context() -> tuple[Any, int, float, float]:
+        if "fleet_context" not in g:
+            settings = current_app.config["SLUICE_SETTINGS"]
+            session = db()
+            g.fleet_context = (membership.db_now(session), current_version(session),
+                               settings.gateway_ttl, settings.gone_after)
+            session.commit()   # end the read: views that write begin their own
+        return g.fleet_context
 
-
-def render_gateway(row: Gateway) -> dict[str, Any]:
-    now, current, ttl, gone_after = _context()
-    return {**_schema.render(row), **membership.describe(row, now, current, ttl, gone_after)}
+    def render(row: Gateway) -> dict[str, Any]:
+        now, current, ttl, gone_after = context()
+        return {**_schema.render(row),
+                **membership.describe(row, now, current, ttl, gone_after)}
+    return render
 
 
 def summary(session: Session, ttl: float, gone_after: float) -> dict[str, Any]:
@@ -62,8 +64,6 @@ def summary(session: Session, ttl: float, gone_after: float) -> dict[str, Any]:
 
 
 def register(bp: Blueprint, db: Callable[[], Session], json_body: Callable[[], Any]) -> None:
-    global _db
-    _db = db
 
     @bp.post("/gateways/register")
     def register_gateway() -> Response:
