@@ -22,9 +22,7 @@ row locked (services/usage_sync.py), so a takeover counts nothing twice.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,13 +37,13 @@ from control_plane import cp_metrics
 from control_plane.controller import telemetry_gauges
 from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.controller.health_loop import HealthLoop
-from control_plane.controller.leader import STANDBY_RETRY, Leadership
+from control_plane.controller.leader import Leadership
 from control_plane.controller.scaling_webhook import ScalingWebhook
 from control_plane.controller.usage_loop import UsageLoop
 from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.models import Gateway
-from control_plane.services import controllers, membership, scaling, telemetry
+from control_plane.services import membership, scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
@@ -58,7 +56,7 @@ BACKOFF_START = 0.5
 BACKOFF_CAP = 30.0
 MAX_PARALLEL_PUSHES = 16
 SCALING_EVERY = 15.0   # seconds between scaling recommendations
-REPORT_EVERY = 1.0     # seconds between updates of this process's `controllers` row
+STANDBY_POLL = 0.2     # seconds between a standby's looks at its leader thread
 
 
 @dataclass
@@ -231,30 +229,27 @@ class Controller:
             log.error("cannot serve metrics on port %s: %s",
                       self.settings.controller_metrics_port, exc)
         shipping = self.start_shipping()
-        started = datetime.now(timezone.utc)
-        next_report = 0.0
+        leader.start()
+        was_active = False
         try:
             while not self._stopping:
                 if self._reload_requested:
                     self._reload_requested = False
                     self._guarded(self.reload)
-                was_active = leader.active
-                active = leader.check()
+                active = leader.active
                 if active != was_active:
                     cp_metrics.CONTROLLER_ACTIVE.set(1 if active else 0)
                     if active:
                         self.take_over()
-                if self._clock() >= next_report:
-                    next_report = self._clock() + REPORT_EVERY
-                    self._guarded(lambda: self._report(leader, started))
+                    was_active = active
                 if not active:
-                    self._sleep(STANDBY_RETRY)
+                    self._sleep(STANDBY_POLL)
                     continue
                 self._guarded(self.tick)
                 self._guarded(self.scaling_tick)
                 self._sleep(self.settings.controller_interval)
         finally:
-            leader.release()
+            leader.stop()
             cp_metrics.CONTROLLER_ACTIVE.set(0)
             if shipping is not None:
                 shipping.join(timeout=30)   # let the batch in flight commit
@@ -269,11 +264,6 @@ class Controller:
         self._backoff.clear()
         self._live = {}
         self._synced = False
-
-    def _report(self, leader: Leadership, started: datetime) -> None:
-        with self._sessions() as session:
-            controllers.report(session, leader.id, socket.gethostname(), os.getpid(),
-                               started, leader.active_since)
 
     def close(self) -> None:
         self.weights.scraper.close()

@@ -124,3 +124,33 @@ def test_a_clean_stop_hands_over_and_a_restarted_one_stands_by(pair):
     assert controllers(stack)["active"] == new_active
     stack.admin.create("models", name="still-pushed")
     stack.wait_served(timeout=20)
+
+
+def test_a_frozen_active_controller_is_fenced_and_stands_by_when_it_thaws(pair):
+    """SIGSTOP keeps its Postgres session (and the lock) alive: the standby ends that
+    session once the lease has not been renewed for LEASE seconds."""
+    stack, procs_by_pid, _, _ = pair
+    listing = eventually(lambda: (c := controllers(stack))["active"]
+                         and len(c["items"]) == 2 and c, 20)
+    [active] = [c for c in listing["items"] if c["active"]]
+    [standby] = [c for c in listing["items"] if not c["active"]]
+    frozen, frozen_port = procs_by_pid[active["pid"]]
+    _, standby_port = procs_by_pid[standby["pid"]]
+    stack.wait_served()
+
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        eventually(lambda: controllers(stack)["active"] == standby["id"], 30,
+                   message="the standby fences the frozen leader and takes over")
+        print(f"fencing: standby active {time.monotonic() - stopped:.2f} s after SIGSTOP")
+        stack.admin.create("models", name="while-frozen")
+        stack.wait_served(timeout=20)
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    eventually(lambda: active_gauge(frozen_port) == 0, 15,
+               message="the thawed controller learns it lost the lock")
+    assert active_gauge(standby_port) == 1
+    assert controllers(stack)["active"] == standby["id"]
+    stack.admin.create("models", name="after-thaw")
+    stack.wait_served(timeout=20)
