@@ -23,6 +23,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
 
+from control_plane.settings import Settings
+
 DEFAULT_TIMEOUT = 5.0
 POOL_SIZE = 32   # parallel calls per gateway host (the loops' fan-out is 16)
 RETRY_DELAY = 0.1
@@ -84,10 +86,10 @@ class GatewayClient:
         self.http.mount("https://", adapter)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "GatewayClient":
+    def from_settings(cls, settings: Settings) -> "GatewayClient":
         """The client every control-plane process builds from its Settings."""
         return cls(settings.gateway_token, timeout=settings.push_timeout,
-                   ca=getattr(settings, "internal_ca", None))
+                   ca=settings.internal_ca)
 
     def close(self) -> None:
         self.http.close()
