@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, text
 from sqlalchemy.pool import NullPool
 
+from control_plane import cp_metrics
 from control_plane.db import make_engine
 from control_plane.services import controllers
 from control_plane.services.controllers import LOCK
@@ -126,6 +127,7 @@ class Leadership:
             return False
         log.info("controller %s is active (holds the leader lock)", self.id)
         self._active.set()
+        cp_metrics.CONTROLLER_ACTIVE.set(1)
         return True
 
     def _connect(self) -> Connection | None:
@@ -170,6 +172,7 @@ class Leadership:
 
     def _drop(self) -> None:
         self._active.clear()
+        cp_metrics.CONTROLLER_ACTIVE.set(0)
         conn, self._conn, self.active_since = self._conn, None, None
         if conn is not None:
             try:

@@ -236,9 +236,8 @@ class Controller:
                 if self._reload_requested:
                     self._reload_requested = False
                     self._guarded(self.reload)
-                active = leader.active
+                active = leader.active   # the leader thread also sets the gauge
                 if active != was_active:
-                    cp_metrics.CONTROLLER_ACTIVE.set(1 if active else 0)
                     if active:
                         self.take_over()
                     was_active = active

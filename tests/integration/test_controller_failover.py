@@ -77,7 +77,7 @@ def test_kill_the_active_controller_and_the_standby_takes_over(pair):
     assert listing["active"] == active["id"] and standby["active_since"] is None
     active_proc, active_port = procs_by_pid[active["pid"]]
     standby_proc, standby_port = procs_by_pid[standby["pid"]]
-    assert (active_gauge(active_port), active_gauge(standby_port)) == (1, 0)
+    eventually(lambda: (active_gauge(active_port), active_gauge(standby_port)) == (1, 0), 5)
 
     stack.wait_served()
     for _ in range(5):
@@ -150,7 +150,7 @@ def test_a_frozen_active_controller_is_fenced_and_stands_by_when_it_thaws(pair):
         os.kill(frozen.pid, signal.SIGCONT)
     eventually(lambda: active_gauge(frozen_port) == 0, 15,
                message="the thawed controller learns it lost the lock")
-    assert active_gauge(standby_port) == 1
+    eventually(lambda: active_gauge(standby_port) == 1, 5)
     assert controllers(stack)["active"] == standby["id"]
     stack.admin.create("models", name="after-thaw")
     stack.wait_served(timeout=20)
