@@ -112,11 +112,25 @@ class Membership:
                        f"{message}")
             return False
         self.beats += 1
+        if self.beats == 1:
+            self._check_ttl(resp)
         if self._last_problem is not None:
             log.info("gateway %s %s the fleet at %s (internal URL %s)", self.name,
                      "left" if leaving else "joined", self.url, self.advertise_url)
             self._last_problem = None
         return True
+
+    def _check_ttl(self, resp: requests.Response) -> None:
+        """Heartbeats no more often than the control plane's TTL would make this
+        gateway flap between live and stale: say so once."""
+        try:
+            ttl = float(resp.json()["ttl_s"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if ttl <= self.interval:
+            log.warning("SLUICE_HEARTBEAT_INTERVAL (%.1f s) is not below the control "
+                        "plane's SLUICE_GATEWAY_TTL (%.1f s): this gateway will flap "
+                        "between live and stale", self.interval, ttl)
 
     def _note(self, problem: str) -> None:
         if problem != self._last_problem:
