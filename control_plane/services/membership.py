@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 from control_plane.models import Gateway
 from control_plane.services.errors import Conflict
 
-STATES = ("live", "stale", "gone")
 
 
 @dataclass(frozen=True)
