@@ -28,7 +28,6 @@ from control_plane.models import Gateway
 from control_plane.services.errors import Conflict
 
 
-
 @dataclass(frozen=True)
 class Registration:
     name: str
