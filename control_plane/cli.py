@@ -21,10 +21,10 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
-    from control_plane import controller
+    from control_plane.controller import process
     from control_plane.settings import load_settings
 
-    return controller.main(load_settings())
+    return process.main(load_settings())
 
 
 def _shipper(args: argparse.Namespace) -> int:
@@ -56,6 +56,7 @@ def _gateway(args: argparse.Namespace) -> int:
     import threading
     from pathlib import Path
 
+    from control_plane.runtime import membership
     from control_plane.runtime.gateway import Gateway, GatewayConfig
     from control_plane.settings import load_settings
 
@@ -63,12 +64,18 @@ def _gateway(args: argparse.Namespace) -> int:
     if not settings.gateway_token:
         print("sluice gateway: SLUICE_GATEWAY_TOKEN is not set", file=sys.stderr)
         return 2
+    if bool(settings.internal_tls_cert) != bool(settings.internal_tls_key):
+        print("sluice gateway: internal TLS needs both SLUICE_INTERNAL_TLS_CERT and "
+              "SLUICE_INTERNAL_TLS_KEY", file=sys.stderr)
+        return 2
     gw = Gateway(GatewayConfig(
         prefix=Path(args.prefix), token=settings.gateway_token, workers=args.workers,
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
         redis_failure=settings.redis_failure, plain=settings.gateway_plain,
+        internal_tls_cert=settings.internal_tls_cert,
+        internal_tls_key=settings.internal_tls_key, internal_ca=settings.internal_ca,
         **({"tls_port": settings.gateway_tls_port, "tls_cert": Path(settings.tls_cert),
             "tls_key": Path(settings.tls_key)} if settings.tls_cert else {})))
     stop = threading.Event()
@@ -90,6 +97,10 @@ def _gateway(args: argparse.Namespace) -> int:
         ([f"{settings.gateway_tls_port} (HTTPS)"] if settings.tls_cert else [])
     print(f"sluice gateway: nginx (master pid {gw.proc.pid}) serves on port"
           f"{'s' if len(ports) > 1 else ''} {', '.join(ports)}", file=sys.stderr, flush=True)
+    # with SLUICE_CONTROL_PLANE_URL: register and heartbeat (runtime/membership.py)
+    member = membership.from_settings(settings, lambda: gw.usage()["boot"])
+    if member is not None:
+        member.start()
     try:
         if gw.wait(stop) is None:
             return 0
@@ -97,6 +108,8 @@ def _gateway(args: argparse.Namespace) -> int:
         print(f"sluice gateway: {gw.describe()}", file=sys.stderr)
         return 1
     finally:
+        if member is not None:
+            member.stop(leaving=True)
         gw.stop()   # also the workers a killed master left holding the ports
 
 

@@ -12,6 +12,9 @@ log = logging.getLogger("sluice.metrics")
 
 REGISTRY = CollectorRegistry()
 
+CONTROLLER_ACTIVE = Gauge("sluice_controller_active",
+                          "1 while this controller is the active one (holds the leader "
+                          "lock), 0 while it stands by.", registry=REGISTRY)
 CONFIG_VERSION = Gauge("sluice_controller_config_version",
                        "The control plane's current config version.", registry=REGISTRY)
 ACKED_VERSION = Gauge("sluice_gateway_acked_version",

@@ -271,14 +271,25 @@ class ApiKey(Timestamps, Base):
 
 
 class Gateway(Timestamps, Base):
+    """A gateway the controller pushes to: listed by an operator (SLUICE_GATEWAYS or the
+    API: `registered` false, always pushed to) or a member that registered itself and
+    heartbeats (services/membership.py: live, stale or gone by `last_seen_at`). Rows of
+    members that left are kept, with their history."""
     __tablename__ = "gateways"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
-    internal_url: Mapped[str] = mapped_column(String(2048), unique=True)
+    # Not unique: a member that left keeps its row while a new one may reuse its address.
+    internal_url: Mapped[str] = mapped_column(String(2048), index=True)
     acked_version: Mapped[int | None] = mapped_column(BigInteger)
     last_push_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+    registered: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    sluice_version: Mapped[str | None] = mapped_column(String(64))
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # set when another member took over its address, or it said it was leaving
+    left_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 ADMIN_ROLES = ("admin", "viewer")

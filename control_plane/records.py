@@ -1,6 +1,7 @@
 """Database schema, part two: what the control plane observes and records rather than
 what operators configure (control_plane/models.py) — backend health, GPU telemetry and
-scrapes, usage per day, the shipped inference log and its checkpoint, the audit log.
+scrapes, usage per day, the shipped inference log and its checkpoint, the audit log,
+the controller processes.
 Changed only through Alembic."""
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from control_plane.models import Base
 
 class BackendHealth(Base):
     """A backend's readiness as the controller's health checks last saw it; written
-    when the state changes (control_plane/health.py)."""
+    when the state changes (control_plane/controller/health_loop.py)."""
     __tablename__ = "backend_health"
 
     backend_id: Mapped[int] = mapped_column(
@@ -187,3 +188,18 @@ class UsageCursor(Base):
     counters: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now())
+
+
+class ControllerRecord(Base):
+    """A `sluice controller` process as it last reported itself, each tick
+    (control_plane/controller/leader.py). Which one is active is decided by the
+    PostgreSQL advisory lock, not by this table: `active_since` says since when the
+    holder holds it; the API checks the lock itself."""
+    __tablename__ = "controllers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)   # host:pid:random
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    active_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -25,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.backend_tls import BackendClients, BackendTLS
-from control_plane.fanout import Notes
+from control_plane.controller.fanout import Notes
 from control_plane.models import Backend
 from control_plane.services import prom_text, scrapes
 

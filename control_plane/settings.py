@@ -6,6 +6,7 @@ long-running process (the controller) can re-read it on SIGHUP without a restart
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,7 @@ class Settings:
     weight_coefficients: tuple[float, float, float] = (0.6, 0.3, 0.1)
     # Usage (issue 3): seconds between collections of the gateways' usage counters.
     usage_interval: float = 1.0
-    # Active health checks of the backends (control_plane/health.py).
+    # Active health checks of the backends (control_plane/controller/health_loop.py).
     health_interval: float = 2.0
     health_timeout: float = 1.0
 
@@ -92,6 +93,22 @@ class Settings:
     # before answering 503 database_unavailable (and /readyz 503); whole seconds,
     # libpq's minimum is 2.
     db_connect_timeout: int = 3
+    # Fleet membership (control_plane/runtime/membership.py, services/membership.py):
+    # `sluice gateway` registers at `control_plane_url` (the admin API's base URL) as
+    # `gateway_name`, reachable at `advertise_url`, and heartbeats each
+    # `heartbeat_interval`; a member silent for `gateway_ttl` is stale (not pushed to),
+    # for `gateway_gone_after` (default 10 x TTL) gone. Rows are kept.
+    control_plane_url: str | None = None
+    gateway_name: str | None = None
+    advertise_url: str | None = None
+    heartbeat_interval: float = 5.0
+    gateway_ttl: float = 15.0
+    gateway_gone_after: float | None = None
+    # Optional TLS on the gateway's internal listener (PEM files), and the CA the
+    # control plane's GatewayClient verifies https:// internal URLs against.
+    internal_tls_cert: str | None = None
+    internal_tls_key: str | None = None
+    internal_ca: str | None = None
 
     # Admin UI sign-in: this many wrong passwords in a row lock the account for
     # `admin_lockout_s` seconds (a correct password resets the count).
@@ -112,6 +129,10 @@ class Settings:
                           down_gpu_utilization=self.scale_down_gpu,
                           up_requests_per_second=self.scale_up_rps,
                           up_p99_ms=self.scale_up_p99_ms)
+
+    @property
+    def gone_after(self) -> float:
+        return self.gateway_gone_after or 10 * self.gateway_ttl
 
     def require_database_url(self) -> str:
         if not self.database_url:
@@ -284,6 +305,30 @@ def _database_url(value: str) -> str | None:
     return value or None
 
 
+def _optional_url(value: str) -> str | None:
+    value = value.strip()
+    return _http_url(value) if value else None
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _gateway_name(value: str) -> str | None:
+    value = value.strip()
+    if value and not _NAME_RE.match(value):
+        raise ValueError("must be 1-128 letters, digits and . _ - (a host name works)")
+    return value or None
+
+
+def _readable_file(value: str) -> str | None:
+    value = value.strip()
+    if not value:
+        return None
+    if not os.path.isfile(value) or not os.access(value, os.R_OK):
+        raise ValueError(f"{value!r} is not a readable file")
+    return os.path.abspath(value)
+
+
 # variable name → (Settings field, parser)
 _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DATABASE_URL": ("database_url", _database_url),
@@ -338,6 +383,15 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_RESTART_BACKOFF_MAX": ("restart_backoff_max", _positive_float),
     "SLUICE_RESTART_RESET_AFTER": ("restart_reset_after", _positive_float),
     "SLUICE_DB_CONNECT_TIMEOUT": ("db_connect_timeout", _count),
+    "SLUICE_CONTROL_PLANE_URL": ("control_plane_url", _optional_url),
+    "SLUICE_GATEWAY_NAME": ("gateway_name", _gateway_name),
+    "SLUICE_GATEWAY_ADVERTISE_URL": ("advertise_url", _optional_url),
+    "SLUICE_HEARTBEAT_INTERVAL": ("heartbeat_interval", _positive_float),
+    "SLUICE_GATEWAY_TTL": ("gateway_ttl", _positive_float),
+    "SLUICE_GATEWAY_GONE_AFTER": ("gateway_gone_after", _positive_float),
+    "SLUICE_INTERNAL_TLS_CERT": ("internal_tls_cert", _readable_file),
+    "SLUICE_INTERNAL_TLS_KEY": ("internal_tls_key", _readable_file),
+    "SLUICE_INTERNAL_CA": ("internal_ca", _readable_file),
 }
 
 

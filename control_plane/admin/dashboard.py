@@ -15,8 +15,9 @@ from sqlalchemy.orm import Session
 from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
+from control_plane.controller.gateway_client import GatewayClient
 from control_plane.models import ApiKey, Backend, Consumer, Model
-from control_plane.services import fleet_metrics, telemetry
+from control_plane.services import controllers, fleet_metrics, membership, telemetry
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 
@@ -26,19 +27,31 @@ REFRESH_MS = 2000
 def status(session: Session) -> dict[str, Any]:
     """What the dashboard shows; the page and its JSON refresh share this."""
     version = current_version(session)
-    gateways = []
-    rows = GATEWAYS.list(session)
-    for gw in rows:
-        if gw.acked_version is None:
+    settings = current_app.config["SLUICE_SETTINGS"]
+    now = membership.db_now(session)
+    gateways, live = [], {}
+    for gw in GATEWAYS.list(session):
+        member = membership.describe(gw, now, version, settings.gateway_ttl,
+                                     settings.gone_after)
+        if not member["live"]:
+            state = member["state"]
+        elif gw.acked_version is None:
             state = "never acknowledged"
         elif gw.acked_version == version:
             state = "in sync"
         else:
             state = f"behind by {version - gw.acked_version}"
+        if member["live"]:
+            live[gw.name] = gw.internal_url
         gateways.append({"name": gw.name, "internal_url": gw.internal_url,
                          "acked_version": gw.acked_version, "state": state,
-                         "in_sync": gw.acked_version == version,
+                         "in_sync": member["live"] and gw.acked_version == version,
+                         "live": member["live"], "registered": gw.registered,
                          "last_push_at": iso(gw.last_push_at), "last_error": gw.last_error})
+    on_current = sum(1 for g in gateways if g["in_sync"])
+    fleet = {"live": len(live), "on_current_version": on_current,
+             "text": f"{on_current} of {len(live)}",
+             "controller": controllers.holder_name(session)}
     counts = {label: session.scalar(select(func.count()).select_from(table))
               for label, table in (("models", Model), ("backends", Backend),
                                    ("consumers", Consumer), ("keys", ApiKey))}
@@ -49,10 +62,11 @@ def status(session: Session) -> dict[str, Any]:
                  "enabled": b.enabled, "gpus": gpus.get(b.name, []),
                  "state": "disabled" if not b.enabled else "drained" if b.weight == 0
                  else "serving"} for b in BACKENDS.list(session)]
-    return {"version": version, "gateways": gateways, "counts": counts,
+    return {"version": version, "gateways": gateways, "fleet": fleet, "counts": counts,
             "drained_backends": drained, "backends": backends,
             "models": [m.name for m in MODELS.list(session)],
-            "traffic": _traffic({gw.name: gw.internal_url for gw in rows})}
+            # stale and gone gateways are not asked: they would only time out
+            "traffic": _traffic(live)}
 
 
 def _gpus_by_backend(session: Session) -> dict[str, list[dict[str, Any]]]:
@@ -70,10 +84,14 @@ def _gpus_by_backend(session: Session) -> dict[str, list[dict[str, Any]]]:
 def _traffic(gateways: dict[str, str]) -> dict[str, Any] | None:
     """Cumulative counters summed over the gateways that answered; None when this
     process has no gateway token to read them with."""
-    token = current_app.config["SLUICE_SETTINGS"].gateway_token
-    if not token:
+    settings = current_app.config["SLUICE_SETTINGS"]
+    if not settings.gateway_token:
         return None
-    texts, errors = fleet_metrics.scrape(gateways, token)
+    client = GatewayClient.from_settings(settings)
+    try:
+        texts, errors = fleet_metrics.scrape(client, gateways)
+    finally:
+        client.close()
     return {"sampled_at": time.time(), "unreachable": errors,
             **fleet_metrics.summarize(texts)}
 

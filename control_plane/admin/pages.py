@@ -16,6 +16,7 @@ from control_plane.admin.forms import (Input, default_values, form_values, parse
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
                                        JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
+from control_plane.api.fleet import gateway_renderer
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError
 from control_plane.api.views import db
@@ -25,6 +26,10 @@ from control_plane.services.errors import Conflict, Invalid
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
 from control_plane.services.routes import ROUTES
+
+# the gateways page's membership columns, as the API renders them
+render_gateway = gateway_renderer(db)
+
 
 Column = tuple[str, Callable[[Any], Any]]
 
@@ -290,13 +295,24 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
     Page("gateways", "Gateways", "gateway", GATEWAYS, GatewaySchema(),
          inputs=[Input("name", "Name", required=True),
                  Input("internal_url", "Internal URL", required=True,
-                       help="The gateway's loopback listener, e.g. http://127.0.0.1:8001")],
+                       help="The gateway's internal listener, e.g. http://127.0.0.1:8001 "
+                            "(gateways that join by themselves need no entry here)")],
          columns=[("Name", lambda g: g.name), ("Internal URL", lambda g: g.internal_url),
+                  ("Joined", lambda g: "registered" if g.registered else "listed"),
+                  ("State", lambda g: render_gateway(g)["state"]),
                   ("Acked version", lambda g: g.acked_version if g.acked_version is not None
                    else "—"),
+                  ("Lag", lambda g: _dash(render_gateway(g)["lag"])),
+                  ("Sluice", lambda g: g.sluice_version or "—"),
+                  ("Boot id", lambda g: g.boot_id or "—"),
+                  ("Last seen", lambda g: iso(g.last_seen_at) or "—"),
                   ("Last push", lambda g: iso(g.last_push_at) or "—"),
                   ("Last error", lambda g: g.last_error or "")]),
 ]}
+
+
+def _dash(value: Any) -> Any:
+    return "—" if value is None else value
 
 
 def _page(kind: str) -> Page:

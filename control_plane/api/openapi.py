@@ -17,6 +17,7 @@ from typing import Any
 from flask import Response, jsonify
 
 from control_plane.api import observability, telemetry, usage
+from control_plane.api.schemas import GATEWAY_REGISTRATION
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
 from control_plane.api.views import API_PREFIX, OPENAPI_PATH, RESOURCES, CrudResource, bp
@@ -233,6 +234,21 @@ def _other_paths() -> dict[str, Any]:
                            _query(usage.USAGE_PARAMS), 422),
         p + "/consumers/{id}/usage": {"parameters": [_ID_PARAM], **_get(
             "usage", "consumer_usage", _OBJECT, [], 404, 422)},
+        p + "/gateways/register": {"post": {
+            "tags": ["gateways"], "operationId": "register_gateway",
+            "summary": "a gateway joins or heartbeats (gateway token, not the admin token)",
+            "security": [{"gatewayToken": []}],
+            "requestBody": _json_request(_body(GATEWAY_REGISTRATION, partial=False)),
+            "responses": _responses(200, _object(
+                id={"type": "integer"}, name={"type": "string"}, joined={"type": "boolean"},
+                state={"type": "string"}, heartbeat_interval_s={"type": "number"},
+                ttl_s={"type": "number"}), 409, 422)}},
+        p + "/controllers": _get("gateways", "list_controllers",
+                                 _object(active=_nullable(_OBJECT), items=_OBJECTS),
+                                 summary="controller processes; which one is active"),
+        p + "/fleet": _get("gateways", "fleet_summary", _OBJECT,
+                           summary="gateways live, stale, gone and on the current version; "
+                                   "the active controller"),
         OPENAPI_PATH: {"get": {"tags": ["meta"], "operationId": "openapi",
                                "summary": "this document (no token needed)",
                                "security": [],
@@ -258,7 +274,9 @@ def document() -> dict[str, Any]:
         "security": [{"adminToken": []}],
         "components": {"schemas": components, "securitySchemes": {
             "adminToken": {"type": "http", "scheme": "bearer",
-                           "description": "SLUICE_ADMIN_TOKEN"}}},
+                           "description": "SLUICE_ADMIN_TOKEN"},
+            "gatewayToken": {"type": "http", "scheme": "bearer",
+                             "description": "SLUICE_GATEWAY_TOKEN (gateway registration)"}}},
         "paths": paths,
     }
 

@@ -228,22 +228,61 @@ class KeySchema(Schema):
                 "created_at": iso(k.created_at), "updated_at": iso(k.updated_at)}
 
 
+# A gateway's internal listener: http:// or, with internal TLS, https://.
+internal_url = v.http_url(allow_path=True, https=True)
+
+
 class GatewaySchema(Schema):
     create = {
         "name": Field(v.name, required=True),
-        "internal_url": Field(v.http_url(allow_path=True), required=True),
+        "internal_url": Field(internal_url, required=True),
     }
     update = {k: Field(f.parse) for k, f in create.items()}
-    read_only = COMMON_READ_ONLY + ("acked_version", "last_push_at", "last_error")
+    read_only = COMMON_READ_ONLY + ("acked_version", "last_push_at", "last_error",
+                                    "registered", "boot_id", "sluice_version",
+                                    "last_seen_at", "left_at", "state", "live", "lag",
+                                    "on_current_version")
     shown = {**COMMON_SHOWN, "acked_version": {"type": ["integer", "null"]},
              "last_push_at": {"type": ["string", "null"], "format": "date-time"},
-             "last_error": {"type": ["string", "null"]}}
+             "last_error": {"type": ["string", "null"]},
+             "registered": {"type": "boolean"},
+             "boot_id": {"type": ["string", "null"]},
+             "sluice_version": {"type": ["string", "null"]},
+             "last_seen_at": {"type": ["string", "null"], "format": "date-time"},
+             "left_at": {"type": ["string", "null"], "format": "date-time"},
+             "state": {"type": "string", "enum": ["live", "stale", "gone"]},
+             "live": {"type": "boolean"},
+             "lag": {"type": ["integer", "null"]},
+             "on_current_version": {"type": "boolean"}}
 
     def render(self, g: Gateway) -> dict[str, Any]:
         return {"id": g.id, "name": g.name, "internal_url": g.internal_url,
                 "acked_version": g.acked_version, "last_push_at": iso(g.last_push_at),
-                "last_error": g.last_error, "created_at": iso(g.created_at),
-                "updated_at": iso(g.updated_at)}
+                "last_error": g.last_error, "registered": g.registered,
+                "boot_id": g.boot_id, "sluice_version": g.sluice_version,
+                "last_seen_at": iso(g.last_seen_at), "left_at": iso(g.left_at),
+                "created_at": iso(g.created_at), "updated_at": iso(g.updated_at)}
+
+
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}$")
+
+
+@described({"type": "string", "pattern": _LABEL_RE.pattern})
+def label(value: Any) -> str:
+    """A boot id or a version string: 1-64 letters, digits and . _ : + -."""
+    if not isinstance(value, str) or not _LABEL_RE.match(value):
+        raise ValueError("must be 1-64 letters, digits and . _ : + -")
+    return value
+
+
+# POST /api/v1/gateways/register: a gateway's registration, sent again as each heartbeat
+GATEWAY_REGISTRATION = {
+    "name": Field(v.name, required=True),
+    "internal_url": Field(internal_url, required=True),
+    "boot_id": Field(label, required=True),
+    "sluice_version": Field(label, required=True),
+    "leaving": Field(v.boolean),
+}
 
 
 def _keys(parse, schema: dict[str, Any]):

@@ -10,6 +10,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from sqlalchemy.orm import Session
 
+from control_plane.api import fleet as fleet_api
 from control_plane.api import telemetry as telemetry_api
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
@@ -68,6 +69,12 @@ def require_admin_token() -> None:
         raise ApiError(401, "missing admin token: send Authorization: Bearer <token>",
                        headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'})
     given = token.strip().encode("utf-8")
+    if request.path == fleet_api.REGISTER_PATH:
+        # gateways register with the gateway token, and only with it
+        gateway_token = current_app.config["SLUICE_SETTINGS"].gateway_token
+        if gateway_token and hmac.compare_digest(given, gateway_token.encode("utf-8")):
+            return
+        raise ApiError(403, "invalid gateway token")
     if hmac.compare_digest(given, current_app.config["ADMIN_TOKEN"].encode("utf-8")):
         return
     agent_token = current_app.config["SLUICE_SETTINGS"].agent_token
@@ -139,31 +146,34 @@ def query_filters(names: tuple[str, ...]) -> dict[str, int]:
 def register_resource(path: str, resource: Resource, schema: Schema,
                       create_view: Callable[[], Any] | None = None,
                       to_row: Callable[..., dict[str, Any]] | None = None,
-                      created_shows: dict[str, dict[str, Any]] | None = None) -> None:
+                      created_shows: dict[str, dict[str, Any]] | None = None,
+                      render: Callable[[Any], dict[str, Any]] | None = None) -> None:
     """The five CRUD routes of one resource. `to_row` maps validated input to columns;
-    `created_shows` names what `create_view` adds to the rendered row (and its schema)."""
+    `created_shows` names what `create_view` adds to the rendered row (and its schema);
+    `render` (default: the schema's) a row to its JSON."""
     name = path.strip("/").replace("-", "_")
     RESOURCES.append(CrudResource(path, schema, resource.filters, created_shows or {}))
     if to_row is None:
         def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
             return data
+    render = render or schema.render
 
     def list_() -> Response:
         rows = resource.list(db(), **query_filters(resource.filters))
-        return jsonify({"items": [schema.render(r) for r in rows]})
+        return jsonify({"items": [render(r) for r in rows]})
 
     def create() -> tuple[Response, int]:
         data = validate(json_body(), schema.create, read_only=schema.read_only)
         data = to_row(data, partial=False)
-        return jsonify(schema.render(resource.create(db(), data))), 201
+        return jsonify(render(resource.create(db(), data))), 201
 
     def get(id: int) -> Response:
-        return jsonify(schema.render(resource.get(db(), id)))
+        return jsonify(render(resource.get(db(), id)))
 
     def update(id: int) -> Response:
         data = validate(json_body(), schema.update, partial=True, read_only=schema.read_only)
         data = to_row(data, partial=True)
-        return jsonify(schema.render(resource.update(db(), id, data)))
+        return jsonify(render(resource.update(db(), id, data)))
 
     def delete(id: int) -> tuple[str, int]:
         resource.delete(db(), id)
@@ -180,7 +190,8 @@ register_resource("/models", MODELS, ModelSchema())
 register_resource("/backends", BACKENDS, BackendSchema())
 register_resource("/mappings", MAPPINGS, MappingSchema())
 register_resource("/consumers", CONSUMERS, ConsumerSchema())
-register_resource("/gateways", GATEWAYS, GatewaySchema())
+register_resource("/gateways", GATEWAYS, GatewaySchema(),
+                  render=fleet_api.gateway_renderer(db))
 register_resource("/plans", PLANS, PlanSchema())
 register_resource("/content-policies", CONTENT_POLICIES, ContentPolicySchema())
 register_resource("/routes", ROUTES, RouteSchema())
@@ -213,6 +224,7 @@ def get_snapshot() -> Response:
 
 
 telemetry_api.register(bp, db, json_body)
+fleet_api.register(bp, db, json_body)
 
 
 def init_app(app: Flask) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 import requests
 
 from control_plane.backend_tls import SYSTEM_CA_FILE
+from control_plane.controller.gateway_client import GatewayClient
 from control_plane.runtime import backend_trust, procs
 from control_plane.settings import parse_redis_url
 
@@ -87,6 +88,11 @@ class GatewayConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     plain: bool = True
+    # Optional TLS on the internal listener (PEM files; a chain file works), and the
+    # CA this process verifies it with when it calls its own listener.
+    internal_tls_cert: Path | None = None
+    internal_tls_key: Path | None = None
+    internal_ca: Path | None = None
 
 
 def _is_root() -> bool:
@@ -173,6 +179,26 @@ def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
     certificate = (f"ssl_certificate {_nginx_path(cfg.tls_cert, 'tls_cert')};\n"
                    f"        ssl_certificate_key {_nginx_path(cfg.tls_key, 'tls_key')};")
     return "\n        ".join(lines), certificate
+def _internal_tls(cfg: GatewayConfig) -> tuple[str, str]:
+    """The internal listener's `listen` flag and TLS directives ("" without TLS)."""
+    if not cfg.internal_tls_cert and not cfg.internal_tls_key:
+        return "", "# no TLS on the internal listener (SLUICE_INTERNAL_TLS_CERT/_KEY)"
+    if not (cfg.internal_tls_cert and cfg.internal_tls_key):
+        raise ValueError("internal TLS needs both a certificate and a key")
+    paths = []
+    for path in (cfg.internal_tls_cert, cfg.internal_tls_key):
+        resolved = Path(path).resolve()
+        if not resolved.is_file():
+            raise ValueError(f"internal TLS file {resolved} does not exist")
+        if any(c in str(resolved) for c in ' ;{}"\'\\'):
+            raise ValueError(f"internal TLS file {resolved}: unsafe characters in the path")
+        paths.append(resolved)
+    return " ssl", "\n        ".join((
+        f"ssl_certificate {paths[0]};",
+        f"ssl_certificate_key {paths[1]};",
+        "ssl_protocols TLSv1.2 TLSv1.3;",
+        "ssl_prefer_server_ciphers off;",
+        "ssl_session_tickets off;"))
 
 
 def render(cfg: GatewayConfig) -> str:
@@ -192,6 +218,7 @@ def render(cfg: GatewayConfig) -> str:
         raise ValueError("port, tls_port and internal_port must differ")
     redis, resolver = _redis(cfg)
     public_listen, tls_certificate = _public_listen(cfg)
+    internal_ssl, internal_tls = _internal_tls(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
@@ -203,6 +230,8 @@ def render(cfg: GatewayConfig) -> str:
         "tls_certificate": tls_certificate,
         "internal_port": str(int(cfg.internal_port)),
         "internal_host": cfg.internal_host,
+        "internal_ssl": internal_ssl,
+        "internal_tls": internal_tls,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
         "redis": redis,
@@ -239,6 +268,8 @@ class Gateway:
         self.prefix = Path(cfg.prefix).resolve()
         self.proc: subprocess.Popen | None = None
         self._lkg_seen: int | None = None   # sync_trust: the lkg file's mtime last read
+        self.client = GatewayClient(cfg.token, timeout=10, retries=0,
+                                    ca=str(cfg.internal_ca) if cfg.internal_ca else None)
 
     @property
     def url(self) -> str:
@@ -255,7 +286,15 @@ class Gateway:
 
     @property
     def internal_url(self) -> str:
-        return f"http://127.0.0.1:{self.cfg.internal_port}"
+        """Where this host reaches the internal listener: its address, or loopback
+        when it listens on every interface."""
+        scheme = "https" if self.cfg.internal_tls_cert else "http"
+        host = self.cfg.internal_host
+        if host in ("", "0.0.0.0", "::", "[::]", "*"):
+            host = "127.0.0.1"
+        elif ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.cfg.internal_port}"
 
     @property
     def conf_path(self) -> Path:
@@ -268,9 +307,6 @@ class Gateway:
     @property
     def lkg_path(self) -> Path:
         return self.prefix / "lkg" / "snapshot.json"
-
-    def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.cfg.token}"}
 
     def write_config(self) -> Path:
         """Create the prefix layout and write conf/nginx.conf (0600)."""
@@ -329,8 +365,18 @@ class Gateway:
     def _wait_serving(self, timeout: float = 15.0) -> None:
         """Until our own internal listener answers: a port taken by someone else
         makes nginx exit, but that someone could answer first."""
-        r = procs.wait_http(self.internal_url + "/internal/snapshot", timeout=timeout,
-                            proc=self.proc, headers=self._headers())
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError("nginx exited before its internal listener answered")
+            try:
+                r = self.client.get(self.internal_url, "/internal/snapshot", timeout=1)
+                break
+            except requests.RequestException as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.internal_url} did not answer within "
+                                       f"{timeout}s: {exc}") from None
+                time.sleep(0.05)
         if r.status_code != 200 or "source" not in r.json():
             raise RuntimeError(f"{self.internal_url} answered {r.status_code}: {r.text[:200]}")
         if self.proc.poll() is not None:
@@ -445,47 +491,32 @@ class Gateway:
     def push(self, snapshot: dict) -> requests.Response:
         """POST a snapshot to the internal listener; then reload when it brings a
         backend CA this config has no TLS location for (sync_trust)."""
-        r = requests.post(self.internal_url + "/internal/snapshot", json=snapshot,
-                          headers=self._headers(), timeout=10)
+        r = self.client.post(self.internal_url, "/internal/snapshot", snapshot)
         if r.status_code == 200:
             self.sync_trust()
         return r
 
     def snapshot_status(self) -> dict:
-        r = requests.get(self.internal_url + "/internal/snapshot", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.snapshot_status(self.internal_url)
 
     def push_weights(self, table: dict) -> requests.Response:
         """POST a weight table ({"version": N, "weights": {"<id>": 0..1000}})."""
-        return requests.post(self.internal_url + "/internal/weights", json=table,
-                             headers=self._headers(), timeout=10)
+        return self.client.post(self.internal_url, "/internal/weights", table)
 
     def weights_status(self) -> dict:
-        r = requests.get(self.internal_url + "/internal/weights", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.weights_status(self.internal_url)
 
     def stats(self) -> dict:
         """GET /internal/stats: {"backends": {"<id>": {...}}, "weights_version": N}."""
-        r = requests.get(self.internal_url + "/internal/stats", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.stats(self.internal_url)
 
     def usage(self) -> dict:
         """GET /internal/usage: {"boot", "started_at", "counters", "seed_version"}."""
-        r = requests.get(self.internal_url + "/internal/usage", headers=self._headers(),
-                         timeout=5)
-        r.raise_for_status()
-        return r.json()
+        return self.client.usage(self.internal_url)
 
     def push_usage(self, body: dict) -> requests.Response:
         """POST the fleet's usage ({"boot", "version", "day", "month", "usage"})."""
-        return requests.post(self.internal_url + "/internal/usage", json=body,
-                             headers=self._headers(), timeout=10)
+        return self.client.post(self.internal_url, "/internal/usage", body)
 
     def served_version(self) -> int:
         """The snapshot version this gateway serves; 0 when it has none."""

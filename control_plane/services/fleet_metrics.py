@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import requests
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
 
 REQUESTS = "sluice_requests_total"
 DURATION_BUCKET = "sluice_request_duration_seconds_bucket"
@@ -94,32 +94,19 @@ def _bound(le: str) -> float:
         return math.inf
 
 
-def scrape(gateways: dict[str, str], token: str, timeout: float = 1.5
+def scrape(client: GatewayClient, gateways: dict[str, str], timeout: float = 1.5
            ) -> tuple[list[str], dict[str, str]]:
     """Fetch /metrics from each {name: internal_url}, in parallel. Returns the texts that
     came back and, per gateway that did not answer, why."""
-    def fetch(url: str) -> str:
-        resp = requests.get(url.rstrip("/") + "/metrics", timeout=timeout,
-                            headers={"Authorization": f"Bearer {token}"})
-        resp.raise_for_status()
-        return resp.text
-
     texts, errors = [], {}
     if not gateways:
         return texts, errors
     with ThreadPoolExecutor(max_workers=min(8, len(gateways))) as pool:
-        futures = {name: pool.submit(fetch, url) for name, url in gateways.items()}
+        futures = {name: pool.submit(client.metrics, url, timeout)
+                   for name, url in gateways.items()}
         for name, future in futures.items():
             try:
                 texts.append(future.result())
-            except requests.RequestException as exc:
-                errors[name] = _reason(exc)
+            except GatewayError as exc:
+                errors[name] = str(exc)
     return texts, errors
-
-
-def _reason(exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.HTTPError) and exc.response is not None:
-        return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
-    return "unreachable"

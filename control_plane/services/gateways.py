@@ -1,4 +1,5 @@
-"""Gateways the controller pushes to: rows of `gateways`, plus SLUICE_GATEWAYS."""
+"""Gateways an operator lists in SLUICE_GATEWAYS, as rows of `gateways` (members that
+register themselves are services/membership.py's)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,7 +23,8 @@ def ensure_gateways(session: Session, urls: Iterable[str]) -> list[Gateway]:
     """Upsert a gateway row for each internal URL (by URL); return them. Commits."""
     try:
         rows = list(session.scalars(select(Gateway)))
-        by_url = {g.internal_url: g for g in rows}
+        # operator-listed rows only: a member (services/membership.py) is not adopted
+        by_url = {g.internal_url: g for g in rows if not g.registered}
         taken = {g.name for g in rows}
         result = []
         for url in urls:

@@ -1,5 +1,5 @@
 """Backend readiness as the controller's health checks last saw it
-(control_plane/health.py writes it), for the admin API."""
+(control_plane/controller/health_loop.py writes it), for the admin API."""
 from __future__ import annotations
 
 from typing import Any

@@ -326,7 +326,27 @@ class Gateways(Resource[Gateway]):
     model = Gateway
     label = "gateway"
     bumps_version = False
-    unique_fields = ("name", "internal_url")
+    unique_fields = ("name",)
+
+    def create(self, session: Session, data: Mapping[str, Any]) -> Gateway:
+        self._url_free(session, data.get("internal_url"), None)
+        return super().create(session, data)
+
+    def update(self, session: Session, id: int, data: Mapping[str, Any]) -> Gateway:
+        self._url_free(session, data.get("internal_url"), id)
+        return super().update(session, id, data)
+
+    def _url_free(self, session: Session, url: str | None, own_id: int | None) -> None:
+        # Not a database constraint: a member that left keeps its row and its address,
+        # which a new member may take (services/membership.py).
+        if url is None:
+            return
+        taken = session.scalar(select(Gateway.id).where(
+            Gateway.internal_url == url, Gateway.left_at.is_(None),
+            Gateway.id != (own_id or 0)).limit(1))
+        if taken is not None:
+            session.rollback()
+            raise Conflict(f"a gateway with internal_url {url!r} already exists")
 
     def _on_update(self, obj: Gateway, changed: Mapping[str, Any]) -> None:
         if "internal_url" in changed:

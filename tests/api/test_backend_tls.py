@@ -8,11 +8,11 @@ import json
 import subprocess
 
 import pytest
-import requests
 
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo.metrics import DemoMetrics
-from control_plane.health import HealthLoop
+from control_plane.controller.gateway_client import GatewayClient
+from control_plane.controller.health_loop import HealthLoop
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, snapshot
 from control_plane.settings import Settings
@@ -189,7 +189,7 @@ def test_health_probes_speak_tls_with_the_backends_settings(api, make, db_url, c
     try:
         with make_sessionmaker(engine)() as session:
             snap = snapshot.build(session)
-        loop = HealthLoop(requests.Session())
+        loop = HealthLoop(GatewayClient(None))
         try:
             table = loop.run(Settings(health_timeout=3.0), make_sessionmaker(engine), [], snap)
         finally:

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.controller import Controller
+from control_plane.controller.process import Controller
 from control_plane.db import make_engine
 from control_plane.models import Gateway
 from control_plane.runtime.procs import free_port
@@ -281,8 +281,9 @@ def test_gateway_url_change_resets_ack(gateway, engine, controller_for):
 def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(gateway, db_url, tmp_path):
     env = {**os.environ, "DATABASE_URL": db_url, "SLUICE_GATEWAYS": gateway.url,
            "SLUICE_GATEWAY_TOKEN": GATEWAY_TOKEN, "SLUICE_CONTROLLER_INTERVAL": "0.05"}
-    code = ("import sys; from control_plane import controller, settings;"
-            "sys.exit(controller.main(settings.load_settings()))")
+    code = ("import sys; from control_plane import settings;"
+            "from control_plane.controller import process;"
+            "sys.exit(process.main(settings.load_settings()))")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -375,3 +376,49 @@ def test_a_hung_backend_holds_no_tick(gateway, engine, controller_for):
     assert [h["backends"] for h in gateway.health] == [{str(bid): {"state": "unreachable"}}]
     with Session(engine) as session:
         assert session.get(BackendHealth, bid).state == "unreachable"
+
+
+def _join(engine, name, url, boot="b1", ttl=15.0):
+    from control_plane.services import membership
+    with Session(engine) as session:
+        membership.register(session, membership.Registration(
+            name=name, internal_url=url, boot_id=boot, sluice_version="0.1.0"), ttl)
+
+
+def _silence(engine, name, seconds):
+    from datetime import timedelta
+
+    from sqlalchemy import func, update
+    with engine.begin() as conn:
+        conn.execute(update(Gateway).where(Gateway.name == name).values(
+            last_seen_at=func.now() - timedelta(seconds=seconds)))
+
+
+def test_live_members_are_pushed_to_and_stale_ones_are_not(gateway, engine, controller_for):
+    _join(engine, "edge-1", gateway.url)
+    controller = controller_for()          # no SLUICE_GATEWAYS: members only
+    controller.tick()
+    assert [p["version"] for p in gateway.pushes] == [1]
+    assert gateway_row(engine, gateway.url).acked_version == 1
+
+    _silence(engine, "edge-1", 60)         # missed its heartbeats: stale
+    with Session(engine) as session:
+        MODELS.create(session, {"name": "m"})
+    controller.tick()
+    assert len(gateway.pushes) == 1 and gateway.health == []
+
+    _join(engine, "edge-1", gateway.url)   # back, same boot: catches up
+    controller.tick()
+    assert [p["version"] for p in gateway.pushes] == [1, 2]
+
+
+def test_a_member_that_restarted_gets_the_snapshot_again_at_once(gateway, engine,
+                                                                 controller_for):
+    _join(engine, "edge-1", gateway.url)
+    controller = controller_for()
+    controller.tick()
+    controller.tick()
+    assert len(gateway.pushes) == 1
+    _join(engine, "edge-1", gateway.url, boot="b2")   # a new nginx start
+    controller.tick()
+    assert [p["version"] for p in gateway.pushes] == [1, 1]

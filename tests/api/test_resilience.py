@@ -1,5 +1,5 @@
 """A model's fallback_model (admin API, snapshot) and backend readiness from the
-controller's health checks (control_plane/health.py against real demo backends,
+controller's health checks (control_plane/controller/health_loop.py against real demo backends,
 GET /api/v1/health)."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import requests
 
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo.backends import serve
-from control_plane.health import HealthLoop
+from control_plane.controller.gateway_client import GatewayClient
+from control_plane.controller.health_loop import HealthLoop
 from control_plane.services import snapshot
 from control_plane.settings import Settings
 
@@ -76,7 +77,7 @@ def test_health_checks_per_protocol(api, make, demo, db_url):
     try:
         with sessions() as session:
             snap = snapshot.build(session)
-        loop = HealthLoop(requests.Session())
+        loop = HealthLoop(GatewayClient(None))
         table = loop.run(Settings(health_timeout=2.0), sessions, [], snap)
     finally:
         engine.dispose()

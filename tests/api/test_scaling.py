@@ -80,7 +80,7 @@ def test_down_needs_low_traffic_and_idle_gpus(traffic):
 
 def test_controller_posts_changes_to_the_webhook_and_exports_them(db_url, traffic):
     from control_plane import cp_metrics
-    from control_plane.controller import Controller
+    from control_plane.controller.process import Controller
     from control_plane.settings import Settings
 
     got = []
@@ -134,7 +134,7 @@ def test_controller_exports_telemetry_age_and_stale_gpus(db_url, make):
     from prometheus_client.parser import text_string_to_metric_families
 
     from control_plane import cp_metrics
-    from control_plane.controller import Controller
+    from control_plane.controller.process import Controller
     from control_plane.services import telemetry
     from control_plane.settings import Settings
 

@@ -175,3 +175,18 @@ def demo(stack):
     stack.wait_served()
     return {"model": model, "backend": backend, "consumer": consumer, "key": key,
             "backend_url": url}
+
+
+@pytest.fixture
+def bare_stack(db_url):
+    """A Stack with nothing started and no gateway listed: the test writes its config
+    and starts what it needs (members that register themselves, controllers)."""
+    top = Path(tempfile.mkdtemp(prefix="sluice-it-"))
+    top.chmod(0o755)
+    s = Stack(top, db_url)
+    s.write_config([])
+    try:
+        yield s
+    finally:
+        s.teardown()
+        shutil.rmtree(top, ignore_errors=True)

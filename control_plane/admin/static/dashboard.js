@@ -141,6 +141,8 @@ class Dashboard {
   renderTiles(status) {
     this.root.querySelector('[data-field="version"]').textContent = status.version;
     this.root.querySelector('[data-field="drained_backends"]').textContent = status.drained_backends;
+    this.root.querySelector('[data-field="fleet.text"]').textContent = status.fleet.text;
+    this.root.querySelector('[data-field="fleet.controller"]').textContent = status.fleet.controller || "none";
     for (const [kind, n] of Object.entries(status.counts)) {
       const node = this.root.querySelector(`[data-field="counts.${kind}"]`);
       if (node) node.textContent = n;
@@ -225,7 +227,7 @@ class Dashboard {
       return tr;
     });
     document.getElementById("gateway-rows").replaceChildren(...(rows.length ? rows
-      : [emptyRow(6, "No gateway has been registered yet: the controller adds them as it pushes.")]));
+      : [emptyRow(6, "No gateway yet: gateways join by themselves (SLUICE_CONTROL_PLANE_URL), or are listed in SLUICE_GATEWAYS.")]));
   }
 }
 

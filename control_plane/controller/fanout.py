@@ -1,6 +1,6 @@
 """What the controller's loops share when they call every gateway (or backend) each
 tick: a bounded thread pool for the calls, and warnings logged once per change of
-state rather than once per tick (weights_loop, usage_loop, health)."""
+state rather than once per tick (weights_loop, usage_loop, health_loop)."""
 from __future__ import annotations
 
 import logging

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import requests
 from sqlalchemy.orm import Session
 
-from control_plane.fanout import Notes, parallel
+from control_plane.controller.fanout import Notes, parallel
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.models import Gateway
 from control_plane.services import usage_sync
 from control_plane.settings import Settings
@@ -28,10 +28,9 @@ from control_plane.settings import Settings
 log = logging.getLogger("sluice.controller.usage")
 
 
-
 class UsageLoop:
-    def __init__(self, http: requests.Session, clock: Callable[[], float] = time.monotonic):
-        self.http = http
+    def __init__(self, client: GatewayClient, clock: Callable[[], float] = time.monotonic):
+        self.client = client
         self.clock = clock
         self.next_at = 0.0
         self.last_version = 0
@@ -45,8 +44,7 @@ class UsageLoop:
             gateways: list[Gateway]) -> int:
         """One usage step; returns how many gateways were pushed to."""
         self.next_at = self.clock() + settings.usage_interval
-        headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        reports = parallel(gateways, lambda g: self._read(g, headers, settings))
+        reports = parallel(gateways, self._read)
         today = datetime.now(timezone.utc).date()
         own: dict[int, tuple[dict, dict]] = {}
         for g, report in zip(gateways, reports):
@@ -72,11 +70,14 @@ class UsageLoop:
                     and body.get("seed_version") == last[2]
                     and body.get("seed_snapshot") == body.get("snapshot_version")):
                 continue
-            self.last_version = max(int(time.time() * 1000), self.last_version + 1)
+            # above what the gateway holds: another controller's clock may run ahead
+            held = body.get("seed_version")
+            held = held if isinstance(held, int) and not isinstance(held, bool) else 0
+            self.last_version = max(int(time.time() * 1000), self.last_version + 1, held + 1)
             todo.append((g, {"boot": body["boot"], "version": self.last_version,
                              "day": today.strftime("%Y%m%d"), "month": today.strftime("%Y%m"),
                              "usage": usage}))
-        done = parallel(todo, lambda t: self._push(t[0], t[1], headers, settings))
+        done = parallel(todo, lambda t: self._push(t[0], t[1]))
         for (g, push), ok in zip(todo, done):
             if ok:
                 self._pushed[g.id] = (push["boot"], push["usage"], push["version"])
@@ -84,27 +85,23 @@ class UsageLoop:
                 self._pushed.pop(g.id, None)
         return sum(1 for ok in done if ok)
 
-    def _read(self, g: Gateway, headers: dict, settings: Settings) -> tuple | None:
-        url = g.internal_url + "/internal/usage"
+    def _read(self, g: Gateway) -> tuple | None:
+        url = g.internal_url
         try:
-            r = self.http.get(url, headers=headers, timeout=settings.push_timeout)
-            r.raise_for_status()
-            body = r.json()
+            body = self.client.usage(url)
             parsed = usage_sync.parse_report(body)
-        except (requests.RequestException, ValueError) as exc:
+        except (GatewayError, ValueError) as exc:
             self._note("read " + url, f"usage read {url}: {type(exc).__name__}: {exc}")
             return None
         self._note("read " + url, None)
         return parsed, body
 
-    def _push(self, g: Gateway, body: dict, headers: dict, settings: Settings) -> bool:
-        url = g.internal_url + "/internal/usage"
+    def _push(self, g: Gateway, body: dict) -> bool:
+        url = g.internal_url
         try:
-            r = self.http.post(url, json=body, headers=headers, timeout=settings.push_timeout)
-            if r.status_code != 200:
-                raise requests.HTTPError(f"HTTP {r.status_code}: {r.text[:200]}")
-        except requests.RequestException as exc:
-            self._note("push " + url, f"usage push {url}: {exc}")
+            self.client.push_usage(url, body)
+        except GatewayError as exc:
+            self._note("push " + url, f"usage push: {exc}")
             return False
         self._note("push " + url, None)
         return True

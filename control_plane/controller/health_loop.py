@@ -38,7 +38,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.backend_tls import BackendClients, BackendTLS
-from control_plane.fanout import Notes, parallel
+from control_plane.controller.fanout import Notes, parallel
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.models import Gateway
 from control_plane.records import BackendHealth
 from control_plane.settings import Settings
@@ -76,8 +77,11 @@ def classify(protocol: str, status: int, doc: Any) -> tuple[str, str]:
 
 
 class HealthLoop:
-    def __init__(self, http: requests.Session, clock: Callable[[], float] = time.monotonic):
-        self.http = http
+    """Probes backends through their own clients (each https backend with its TLS
+    settings) and pushes to gateways through `client`."""
+
+    def __init__(self, client: GatewayClient, clock: Callable[[], float] = time.monotonic):
+        self.client = client
         # the probes' own clients: each https backend with its TLS settings
         self.backends = BackendClients()
         self.clock = clock
@@ -146,9 +150,7 @@ class HealthLoop:
         version = max(int(time.time() * 1000), self.last_version + 1)
         body = {"version": version, "backends": table,
                 "ttl_s": max(10.0, 5 * settings.health_interval)}
-        headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        parallel([g.internal_url for g in gateways],
-                 lambda u: self._push(u, headers, body, settings))
+        parallel([g.internal_url for g in gateways], lambda u: self._push(u, body))
         self.last_version = version
         changed = {bid: s for bid, s in states.items() if self.states.get(bid) != s}
         if changed:
@@ -182,6 +184,13 @@ class HealthLoop:
             doc = None
         return classify(b["protocol"], r.status_code, doc)
 
+    def _held(self, url: str) -> int:
+        try:
+            held = self.client.health_status(url).get("version")
+        except GatewayError:
+            return 0
+        return held if isinstance(held, int) and not isinstance(held, bool) else 0
+
     def _save(self, session_factory: Callable[[], Session],
               changed: dict[str, tuple[str, str]]) -> None:
         now = datetime.now(timezone.utc)
@@ -200,14 +209,13 @@ class HealthLoop:
                         row.since = now
                     row.state, row.detail = state, detail[:256]
 
-    def _push(self, url: str, headers: dict, body: dict, settings: Settings) -> bool:
+    def _push(self, url: str, body: dict) -> bool:
         try:
-            r = self.http.post(url + "/internal/health", json=body, headers=headers,
-                               timeout=settings.push_timeout)
-            if r.status_code != 200:
-                raise requests.HTTPError(f"HTTP {r.status_code}: {r.text[:200]}")
-        except requests.RequestException as exc:
-            self._note(url, f"health push {url}: {exc}")
+            self.client.push_health(url, body)
+        except GatewayError as exc:
+            if exc.status == 409:   # it holds a newer round (another controller's clock)
+                self.last_version = max(self.last_version, self._held(url))
+            self._note(url, f"health push: {exc}")
             return False
         self._note(url, None)
         return True

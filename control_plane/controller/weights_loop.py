@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.fanout import Notes, parallel
+from control_plane.controller.fanout import Notes, parallel
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.models import Gateway, Model
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, telemetry
@@ -33,15 +33,15 @@ from control_plane.settings import Settings
 log = logging.getLogger("sluice.controller.weights")
 
 
-
 class WeightsLoop:
-    def __init__(self, http: requests.Session, clock: Callable[[], float] = time.monotonic):
-        self.http = http
+    def __init__(self, client: GatewayClient, clock: Callable[[], float] = time.monotonic):
+        self.client = client
         self.clock = clock
         self.window = OutcomeWindow()
         self.next_at = 0.0
         self.last_table: dict[str, int] = {}
         self.last_version = 0
+        self._held = 0   # the highest weights version a gateway said it holds
         self._note = Notes(log)
         self.scraper = Scraper()
 
@@ -54,8 +54,7 @@ class WeightsLoop:
         self.next_at = self.clock() + settings.weights_interval
         self.scraper.kick(session_factory)
         urls = [g.internal_url for g in gateways]
-        headers = {"Authorization": f"Bearer {settings.gateway_token}"}
-        scraped = parallel(urls, lambda u: self._scrape(u, headers, settings))
+        scraped = parallel(urls, self._scrape)
         now = self.clock()
         latencies: dict[str, list[float]] = {}
         for url, stats in zip(urls, scraped):
@@ -75,11 +74,12 @@ class WeightsLoop:
         default = Coefficients(*settings.weight_coefficients)
         table = compute(pools_of(snapshot), coefficients, default, free, self.window,
                         latencies, now)
-        # unix ms: increases across controller restarts, so gateways accept it
-        version = max(int(time.time() * 1000), self.last_version + 1)
+        # unix ms: increases across controller restarts, so gateways accept it; and
+        # above any version a gateway holds (another controller's clock may run ahead)
+        version = max(int(time.time() * 1000), self.last_version + 1, self._held + 1)
         body = {"version": version, "weights": table,
                 "hold_s": max(5.0, 5 * settings.weights_interval)}
-        parallel(urls, lambda u: self._push(u, headers, body, settings))
+        parallel(urls, lambda u: self._push(u, body))
         if table != self.last_table:
             log.info("weights version=%d %s", version,
                      " ".join(f"{k}={v}" for k, v in sorted(table.items(), key=lambda kv:
@@ -87,28 +87,23 @@ class WeightsLoop:
         self.last_table, self.last_version = table, version
         return table
 
-    def _scrape(self, url: str, headers: dict, settings: Settings) -> dict | None:
+    def _scrape(self, url: str) -> dict | None:
         try:
-            r = self.http.get(url + "/internal/stats", headers=headers,
-                              timeout=settings.push_timeout)
-            r.raise_for_status()
-            backends = r.json()["backends"]
-            if not isinstance(backends, dict):
-                raise ValueError("backends is not an object")
-        except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
-            self._note("stats " + url, f"stats scrape {url}: {type(exc).__name__}: {exc}")
+            doc = self.client.stats(url)
+        except GatewayError as exc:
+            self._note("stats " + url, f"stats scrape: {exc}")
             return None
         self._note("stats " + url, None)
-        return backends
+        held = doc.get("weights_version")
+        if isinstance(held, int) and not isinstance(held, bool):
+            self._held = max(self._held, held)
+        return doc["backends"]
 
-    def _push(self, url: str, headers: dict, body: dict, settings: Settings) -> bool:
+    def _push(self, url: str, body: dict) -> bool:
         try:
-            r = self.http.post(url + "/internal/weights", json=body, headers=headers,
-                               timeout=settings.push_timeout)
-            if r.status_code != 200:
-                raise requests.HTTPError(f"HTTP {r.status_code}: {r.text[:200]}")
-        except requests.RequestException as exc:
-            self._note("weights " + url, f"weights push {url}: {exc}")
+            self.client.push_weights(url, body)
+        except GatewayError as exc:
+            self._note("weights " + url, f"weights push: {exc}")
             return False
         self._note("weights " + url, None)
         return True

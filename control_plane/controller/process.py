@@ -1,8 +1,9 @@
-"""The controller: push the snapshot to every gateway whenever the config changes,
-each SLUICE_WEIGHTS_INTERVAL compute and push the weight table (weights_loop.py), and
-each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it back (usage_loop.py),
-and each SLUICE_HEALTH_INTERVAL probe the backends on a background thread and push
-their readiness (health.py).
+"""The controller process: push the snapshot to every gateway whenever the config
+changes, each SLUICE_WEIGHTS_INTERVAL compute and push the weight table
+(weights_loop.py), each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it
+back (usage_loop.py), and each SLUICE_HEALTH_INTERVAL probe the backends on a
+background thread and push their readiness (health_loop.py). Every call to a gateway
+goes through one GatewayClient (gateway_client.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -10,6 +11,13 @@ fails is retried with exponential backoff, 0.5 s doubling to 30 s, reset on succ
 SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway,
 as the first tick after a start does (settings such as SLUICE_BREAKER_* are in it);
 SIGTERM and SIGINT stop the loop after the current tick.
+
+Any number of controllers may run: only the one holding the leader lock (leader.py)
+ticks; the others stand by, retrying each second, and take over within a few seconds
+of its death. Versions never go backwards: snapshot versions come from Postgres and
+gateways refuse older ones; weight, health and usage versions start above what the
+gateways hold. Usage is collected per gateway in one transaction with its cursor
+row locked (services/usage_sync.py), so a takeover counts nothing twice.
 """
 from __future__ import annotations
 
@@ -23,23 +31,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import requests
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane import cp_metrics
+from control_plane.controller import telemetry_gauges
+from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.controller.health_loop import HealthLoop
+from control_plane.controller.leader import Leadership
+from control_plane.controller.scaling_webhook import ScalingWebhook
+from control_plane.controller.usage_loop import UsageLoop
+from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.health import HealthLoop
 from control_plane.models import Gateway
-from control_plane.services import scaling, telemetry
+from control_plane.services import membership, scaling, telemetry
 from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
-from control_plane.services.push import PushError, push
 from control_plane.settings import Settings, SettingsError, load_settings
 from control_plane.shipper import Shipper
-from control_plane.usage_loop import UsageLoop
-from control_plane.weights_loop import WeightsLoop
 
 log = logging.getLogger("sluice.controller")
 
@@ -47,6 +56,7 @@ BACKOFF_START = 0.5
 BACKOFF_CAP = 30.0
 MAX_PARALLEL_PUSHES = 16
 SCALING_EVERY = 15.0   # seconds between scaling recommendations
+STANDBY_POLL = 0.2     # seconds between a standby's looks at its leader thread
 
 
 @dataclass
@@ -76,9 +86,10 @@ class Controller:
         self.settings = settings
         self._engine = make_engine(settings.require_database_url())
         self._sessions = make_sessionmaker(self._engine)
-        self._http = requests.Session()
+        self.client = GatewayClient.from_settings(settings)
         self._backoff: dict[int, Backoff] = {}
         self._force: set[int] = set()
+        self._live: dict[int, str] = {}   # id -> name of the gateways of the last tick
         # A (re)started controller may carry new settings that go into the snapshot
         # (SLUICE_BREAKER_*): its first tick pushes to every gateway, acked or not.
         self._force_all = True
@@ -87,10 +98,10 @@ class Controller:
         self._reload_requested = False
         self._synced = False  # SLUICE_GATEWAYS upserted; retried each tick until done
         self._next_scaling = 0.0
-        self._scaling_actions: dict[str, str] = {}
-        self.weights = WeightsLoop(self._http, clock)
-        self.health = HealthLoop(self._http, clock)
-        self.usage = UsageLoop(self._http, clock)
+        self.scaling = ScalingWebhook()
+        self.weights = WeightsLoop(self.client, clock)
+        self.health = HealthLoop(self.client, clock)
+        self.usage = UsageLoop(self.client, clock)
 
     # public
 
@@ -100,7 +111,8 @@ class Controller:
             self._sync_gateways()
         with self._sessions() as session:
             version = current_version(session)
-            gateways = list(session.scalars(select(Gateway).order_by(Gateway.id)))
+            gateways = membership.live(session, self.settings.gateway_ttl)
+        self._note_membership(gateways)
         if self._force_all:
             self._force |= {g.id for g in gateways}
             self._force_all = False
@@ -123,6 +135,25 @@ class Controller:
         if gateways and self.usage.due():
             self.usage.run(self.settings, self._sessions, gateways)
 
+    def _note_membership(self, gateways: list[Gateway]) -> None:
+        """A member back from stale (or new) is tried at once, not after the backoff
+        its silence earned; one that went stale is logged."""
+        live = {g.id: g.name for g in gateways}
+        for g in gateways:
+            if g.id not in self._live:
+                self._backoff.pop(g.id, None)
+                if g.registered:
+                    log.info("gateway %s is live at %s", g.name, g.internal_url)
+        for gid in self._live.keys() - live.keys():
+            log.warning("gateway %s is no longer live (stale, gone or deleted): not "
+                        "pushed to", self._live[gid])
+            self._backoff.pop(gid, None)
+            try:
+                cp_metrics.ACKED_VERSION.remove(self._live[gid])
+            except KeyError:
+                pass
+        self._live = live
+
     def _gpu_utilization(self, session: Session) -> dict[str, float]:
         return telemetry.model_utilization(session, self.settings.telemetry_stale_after)
 
@@ -137,35 +168,8 @@ class Controller:
             recs = scaling.recommend(session, self.settings.scaling_thresholds(),
                                      gpu=self._gpu_utilization)
             gpus = telemetry.latest(session, self.settings.telemetry_stale_after)
-        for gauge in (cp_metrics.TELEMETRY_AGE, cp_metrics.GPU_UTILIZATION,
-                      cp_metrics.GPU_MEMORY_FREE):
-            gauge.clear()
-        for g in gpus:
-            cp_metrics.TELEMETRY_AGE.labels(g["host"], str(g["index"]),
-                                            g["gpu_class"]).set(g["age_s"])
-            if g["stale"]:
-                continue   # a stale reading is not today's load: leave the series out
-            for backend in g["backends"] or ():
-                labels = (g["host"], str(g["index"]), backend)
-                if g["utilization_pct"] is not None:
-                    cp_metrics.GPU_UTILIZATION.labels(*labels).set(g["utilization_pct"] / 100)
-                if g["memory_total_mb"]:
-                    cp_metrics.GPU_MEMORY_FREE.labels(*labels).set(
-                        g["memory_free_mb"] / g["memory_total_mb"])
-        cp_metrics.TELEMETRY_STALE.set(sum(1 for g in gpus if g["stale"]))
-        cp_metrics.SCALING.clear()
-        for r in recs:
-            cp_metrics.SCALING.labels(r["model"]).set(cp_metrics.SCALING_VALUES[r["action"]])
-        changed = [r for r in recs if self._scaling_actions.get(r["model"]) != r["action"]]
-        self._scaling_actions = {r["model"]: r["action"] for r in recs}
-        if changed and self.settings.scaling_webhook:
-            try:
-                self._http.post(self.settings.scaling_webhook, timeout=2,
-                                json={"source": "sluice", "recommendations": changed})
-            except requests.RequestException as exc:
-                log.warning("scaling webhook %s failed: %s", self.settings.scaling_webhook,
-                            exc)
-        return changed
+        telemetry_gauges.publish(gpus)
+        return self.scaling.publish(self.settings.scaling_webhook, recs)
 
     def reload(self) -> None:
         """Re-read settings and make the next tick push to every gateway."""
@@ -179,12 +183,13 @@ class Controller:
             self._engine = make_engine(new.database_url)
             self._sessions = make_sessionmaker(self._engine)
         self.settings = new
+        self._new_client()
         self._cached = None
         self._backoff.clear()
         self._synced = False
         ids = self._sync_gateways()
         with self._sessions() as session:
-            ids |= set(session.scalars(select(Gateway.id)))
+            ids |= {g.id for g in membership.live(session, self.settings.gateway_ttl)}
         self._force = ids
         log.info("reload: settings re-read; re-pushing to %d gateway(s)", len(ids))
 
@@ -210,9 +215,13 @@ class Controller:
         return thread
 
     def run_forever(self) -> None:
-        log.info("controller started: %d gateway(s) from settings, interval %.2fs",
-                 len(self.settings.gateways), self.settings.controller_interval)
+        """Stand by until this process holds the leader lock (leader.py), then run the
+        ticks while it holds it; SIGTERM/SIGINT end the loop and release the lock."""
+        leader = Leadership(self.settings.require_database_url())
+        log.info("controller %s started: %d gateway(s) from settings, interval %.2fs",
+                 leader.id, len(self.settings.gateways), self.settings.controller_interval)
         cp_metrics.set_slas(dict(self.settings.model_slas))
+        cp_metrics.CONTROLLER_ACTIVE.set(0)
         try:
             cp_metrics.serve(self.settings.controller_metrics_port,
                              self.settings.controller_metrics_host)
@@ -220,25 +229,56 @@ class Controller:
             log.error("cannot serve metrics on port %s: %s",
                       self.settings.controller_metrics_port, exc)
         shipping = self.start_shipping()
-        while not self._stopping:
-            if self._reload_requested:
-                self._reload_requested = False
-                self._guarded(self.reload)
-            self._guarded(self.tick)
-            self._guarded(self.scaling_tick)
-            self._sleep(self.settings.controller_interval)
-        if shipping is not None:
-            shipping.join(timeout=30)   # let the batch in flight commit
-        self.close()
+        leader.start()
+        was_active = False
+        try:
+            while not self._stopping:
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self._guarded(self.reload)
+                active = leader.active   # the leader thread also sets the gauge
+                if active != was_active:
+                    if active:
+                        self.take_over()
+                    was_active = active
+                if not active:
+                    self._sleep(STANDBY_POLL)
+                    continue
+                self._guarded(self.tick)
+                self._guarded(self.scaling_tick)
+                self._sleep(self.settings.controller_interval)
+        finally:
+            leader.stop()
+            cp_metrics.CONTROLLER_ACTIVE.set(0)
+            if shipping is not None:
+                shipping.join(timeout=30)   # let the batch in flight commit
+            self.close()
         log.info("controller stopped")
+
+    def take_over(self) -> None:
+        """This process just became the active one: forget what a previous term (or
+        none) knew, and push everything to every gateway at the next tick."""
+        self._force_all = True
+        self._cached = None
+        self._backoff.clear()
+        self._live = {}
+        self._synced = False
 
     def close(self) -> None:
         self.weights.scraper.close()
         self.health.close()
-        self._http.close()
+        self.scaling.close()
+        self.client.close()
         self._engine.dispose()
 
     # internals
+
+    def _new_client(self) -> None:
+        """A client from the current settings (token, timeout and CA may have changed),
+        shared by every loop."""
+        old, self.client = self.client, GatewayClient.from_settings(self.settings)
+        self.weights.client = self.health.client = self.usage.client = self.client
+        old.close()
 
     def _guarded(self, step: Callable[[], None]) -> None:
         # A database or DNS outage must not end the loop; the next tick retries.
@@ -281,9 +321,8 @@ class Controller:
 
     def _push_one_timed(self, gateway: Gateway, snap: dict[str, Any]) -> PushResult:
         try:
-            acked = push(gateway.internal_url, self.settings.gateway_token, snap,
-                         self.settings.push_timeout, session=self._http)
-        except PushError as exc:
+            acked = self.client.push_snapshot(gateway.internal_url, snap)
+        except GatewayError as exc:
             return PushResult(gateway.id, error=str(exc))
         if acked != snap["version"]:
             return PushResult(gateway.id, acked=acked,
