@@ -23,12 +23,6 @@ K8S = REPO / "deploy" / "kubernetes"
 # the oldest version still supported upstream as we write this, and the newest the
 # installed kubernetes-validate knows
 VERSIONS = ["1.31.0", kv.latest_version()]
-# Settings of the membership work (issue 12, "Membership"; internal TLS), in the
-# manifests already; once control_plane/settings.py reads them this set may go.
-MEMBERSHIP_SETTINGS = {"SLUICE_CONTROL_PLANE_URL", "SLUICE_GATEWAY_NAME",
-                       "SLUICE_GATEWAY_ADVERTISE_URL", "SLUICE_HEARTBEAT_INTERVAL",
-                       "SLUICE_GATEWAY_TTL", "SLUICE_INTERNAL_TLS_CERT",
-                       "SLUICE_INTERNAL_TLS_KEY", "SLUICE_INTERNAL_CA"}
 # read by the processes, though not through Settings
 OTHER_SETTINGS = {"SLUICE_LOG_LEVEL"}
 
@@ -198,7 +192,7 @@ def test_referenced_secrets_and_settings_exist(name):
     secrets = {n: set(d.get("stringData", {})) | set(d.get("data", {}))
                for n, d in by_kind(docs, "Secret").items()}
     configmaps = {n: d["data"] for n, d in by_kind(docs, "ConfigMap").items()}
-    known = set(_VARIABLES) | MEMBERSHIP_SETTINGS | OTHER_SETTINGS
+    known = set(_VARIABLES) | OTHER_SETTINGS
     for doc in docs:
         for c in containers(doc):
             where = f"{doc['metadata']['name']}/{c['name']}"

@@ -11,12 +11,6 @@ import requests
 from fleet_harness import GATEWAY_PORT, new_fleet, remove_fleet
 from waiting import eventually
 
-# The membership scenarios (a gateway joins by itself, stale after missed heartbeats,
-# controller failover) run against the contract of the membership branch (issue 12,
-# "Membership", "Controller failover"): on a tree without that work they cannot pass.
-# After merging it, delete this line so that CI runs them.
-collect_ignore = ["test_membership_pending.py"]
-
 
 @pytest.fixture(scope="session")
 def fleet():
