@@ -1,0 +1,117 @@
+"""The documentation stays true without a running Sluice: links resolve, the generated
+references match the code, every error type is explained, every example parses, and
+the README's two commands are the Makefile's. (The examples run in
+tests/e2e/test_docs_examples.py.)"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from urllib.parse import unquote
+
+import pytest
+
+from control_plane import reference_docs, settings
+from docs_tools import DOCUMENTS, REPO, anchors, blocks, examples, links
+
+GUIDES = [p for p in DOCUMENTS if p.parent.name == "docs"]
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: p.name)
+def test_links_resolve(doc):
+    broken = []
+    for line, target in links(doc):
+        if re.match(r"^[a-z]+:", target):
+            # outside the repository: only the web, and never a CDN asset
+            assert target.startswith(("https://", "http://")), f"{doc.name}:{line} {target}"
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / unquote(path)).resolve() if path else doc
+        if not dest.exists():
+            broken.append(f"{doc.name}:{line}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{doc.name}:{line}: {target} (no heading #{anchor} in {dest.name})")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_guide_is_on_the_readme_map():
+    linked = {(REPO / unquote(t.partition("#")[0])).resolve()
+              for _, t in links(REPO / "README.md") if not t.startswith("http")}
+    missing = [g.name for g in GUIDES if g.resolve() not in linked]
+    assert not missing, f"guides the README does not link: {missing}"
+
+
+def test_reference_pages_are_generated_from_the_code():
+    assert reference_docs.stale() == [], (
+        "docs/configuration.md or docs/admin-api.md is stale: run "
+        "`.venv/bin/python -m control_plane.reference_docs`")
+
+
+def test_every_setting_has_a_description_and_every_variable_read_is_documented():
+    assert set(settings._VARIABLES) <= set(settings.DESCRIPTIONS)
+    read = set()
+    for path in (REPO / "control_plane").rglob("*.py"):
+        read |= set(re.findall(r"environ(?:\.get\(|\[)\s*\"(SLUICE_[A-Z0-9_]+)\"",
+                               path.read_text()))
+        read |= set(re.findall(r"_port\(\"(SLUICE_[A-Z0-9_]+)\"", path.read_text()))
+    undocumented = read - set(settings.DESCRIPTIONS)
+    assert not undocumented, f"read from the environment, not in settings.DESCRIPTIONS: {undocumented}"
+    page = (REPO / "docs" / "configuration.md").read_text()
+    for name in settings.DESCRIPTIONS:
+        assert f"`{name}`" in page
+
+
+def error_types_in_code() -> set[str]:
+    """Every error `type` the gateway or the admin API can answer with."""
+    found: set[str] = set()
+    for path in (REPO / "lua").rglob("*.lua"):
+        text = path.read_text()
+        found |= set(re.findall(r"\[\d{3}\]\s*=\s*\"([a-z_]+)\"", text)
+                     if path.name == "errors.lua" else [])
+        found |= set(re.findall(r"(?<![:\w\"])[1-5]\d\d\s*,\s*\"([a-z]+_[a-z_]+|[a-z]+)\"", text))
+        found |= set(re.findall(r"err_type\s*(?:,\s*\w+\s*)*=\s*\"([a-z_]+)\"", text))
+    for path in (REPO / "control_plane" / "api").rglob("*.py"):
+        found |= set(re.findall(r"error_type\s*=\s*\"([a-z_]+)\"", path.read_text()))
+    from control_plane.api.errors import ERROR_TYPES
+    return found | set(ERROR_TYPES.values())
+
+
+def test_troubleshooting_explains_every_error_type():
+    types = error_types_in_code()
+    assert {"rate_limited", "backend_tls_error", "database_unavailable", "not_ready"} <= types
+    headings = anchors(REPO / "docs" / "troubleshooting.md")
+    missing = sorted(t for t in types if t not in headings)
+    assert not missing, f"error types without a section in docs/troubleshooting.md: {missing}"
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: p.name)
+def test_examples_parse(doc):
+    for block, _ in examples(doc):
+        if block.lang == "sh":
+            done = subprocess.run(["bash", "-n"], input=block.text, text=True,
+                                  capture_output=True)
+            assert done.returncode == 0, f"{block.where}: {done.stderr}"
+        elif block.lang == "python":
+            compile(block.text, block.where, "exec")
+        else:
+            pytest.fail(f"{block.where}: examples run as sh or python, not {block.lang!r}")
+    for block in blocks(doc):
+        if block.kind == "output":
+            assert block.lang in ("json", "text"), f"{block.where}: json or text output"
+
+
+def test_readme_is_short_and_its_two_commands_are_the_makefiles():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 170
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("run", "test"):
+        assert f"make {target}" in readme
+        assert re.search(rf"^{target}:", makefile, re.M)
+    assert ".venv/bin/sluice up" in makefile and ".venv/bin/pytest -q $(PYTEST_ARGS)" in makefile
+    assert sum(1 for p in DOCUMENTS for _ in examples(p)) >= 30, "examples went missing"
+
+
+def test_the_generator_runs_as_a_command():
+    done = subprocess.run([sys.executable, "-m", "control_plane.reference_docs", "--check"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
