@@ -80,7 +80,7 @@ def _type(schema: dict[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(_type(s) for s in schema["anyOf"])
     if "enum" in schema:
-        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+        return " | ".join(f"`{v}`" for v in schema["enum"])
     kind = schema.get("type", "any")
     if kind == "array":
         return "list of " + _type(schema.get("items", {}))

@@ -24,8 +24,9 @@ PACKAGES=(
 # skip these (deploy/Dockerfile sets SLUICE_RUNTIME_ONLY=1; gateways reach Redis over
 # the network).
 # curl: the HTTPS / HTTP/2 tests call the gateway with it; nodejs runs the JS SDK's
-# tests (clients/js) against a real gateway.
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs)
+# tests (clients/js) against a real gateway; jq picks fields out of the admin API's
+# answers in the documentation's examples (tests/e2e/test_docs_examples.py runs them).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs jq)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -37,6 +37,8 @@ def up(tmp_path_factory):
         printed = subprocess.run([sys.executable, "scripts/demo-env"], cwd=REPO, env=env,
                                  capture_output=True, text=True, check=True).stdout
         for line in printed.splitlines():
+            if not line.startswith("export "):
+                continue  # wait_for_push(), a shell function: sh examples eval it
             name, _, value = line.removeprefix("export ").partition("=")
             env[name] = shlex.split(value)[0]
         yield env
