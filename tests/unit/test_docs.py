@@ -115,3 +115,24 @@ def test_the_generator_runs_as_a_command():
     done = subprocess.run([sys.executable, "-m", "control_plane.reference_docs", "--check"],
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_observability_lists_every_metric_and_log_field():
+    page = (REPO / "docs" / "observability.md").read_text()
+    names = set()
+    for path in (REPO / "lua").rglob("*.lua"):
+        names |= set(re.findall(r"register\(\"(sluice_[a-z_]+)\"", path.read_text()))
+    for path in (REPO / "control_plane").rglob("*.py"):
+        # prometheus_client metrics: Gauge("sluice_…", …), Counter(…), Histogram(…)
+        names |= set(re.findall(r"(?:Gauge|Counter|Histogram|Summary)\(\s*\"(sluice_[a-z_]+)\"",
+                                path.read_text()))
+    assert len(names) >= 25, names
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert not missing, f"metrics not in docs/observability.md: {missing}"
+    template = (REPO / "nginx" / "nginx.conf.tmpl").read_text()
+    log_format = template[template.index("log_format sluice_json"):]
+    log_format = log_format[:log_format.index(";")]
+    fields = re.findall(r"\"([a-z_]+)\":\"\$", log_format.replace("\\", ""))
+    assert len(fields) >= 15, fields
+    missing = [f for f in fields if f"`{f}`" not in page]
+    assert not missing, f"access log fields not in docs/observability.md: {missing}"
