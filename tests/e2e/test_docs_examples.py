@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from docs_tools import DOCUMENTS, REPO, examples, shape_problems
@@ -23,9 +26,11 @@ RUNNABLE = [d for d in DOCUMENTS if examples(d)]
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    top = tmp_path_factory.mktemp("docs-up")
-    top.chmod(0o755)  # the private PostgreSQL runs as the postgres user under root
+def up():
+    # not under pytest's tmp folder (0700): the private PostgreSQL runs as the postgres
+    # user under root and must reach var/ (as in tests/e2e/conftest.py)
+    top = Path(tempfile.mkdtemp(prefix="sluice-docs-"))
+    top.chmod(0o755)
     var = top / "var"
     proc = start_up(var, procs.free_ports(5))
     try:
@@ -43,8 +48,10 @@ def up(tmp_path_factory):
             env[name] = shlex.split(value)[0]
         yield env
     finally:
-        out = stop_up(proc)
-        assert proc.returncode == 0, out[-3000:]
+        if proc.poll() is None:
+            out = stop_up(proc)
+            assert proc.returncode == 0, out[-3000:]
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def run(block, env) -> subprocess.CompletedProcess:

@@ -136,3 +136,20 @@ def test_observability_lists_every_metric_and_log_field():
     assert len(fields) >= 15, fields
     missing = [f for f in fields if f"`{f}`" not in page]
     assert not missing, f"access log fields not in docs/observability.md: {missing}"
+
+
+def test_an_output_unlike_the_guide_is_caught(tmp_path):
+    from docs_tools import shape_problems
+    guide = tmp_path / "guide.md"
+    guide.write_text('```sh run\ntrue\n```\n\n```json output\n'
+                     '{"error": {"code": 429, "type": "rate_limited", "request_id": "…"}}\n```\n'
+                     '```sh run\ntrue\n```\n```text output\nHTTP/1.1 200 OK\nX-Cache: …\n```\n')
+    (json_example, json_shown), (text_example, text_shown) = examples(guide)
+    good = '{"error": {"code": 429, "type": "rate_limited", "request_id": "abc", "more": 1}}'
+    assert shape_problems(json_shown, good) == []
+    assert shape_problems(json_shown, good.replace('"type"', '"kind"'))       # a renamed field
+    assert shape_problems(json_shown, good.replace("rate_limited", "limited"))  # another value
+    assert shape_problems(json_shown, good.replace("429", '"429"'))           # another kind
+    assert shape_problems(json_shown, "not json")
+    assert shape_problems(text_shown, "HTTP/1.1 200 OK\nX-Cache: HIT\n") == []
+    assert shape_problems(text_shown, "X-Cache: HIT\nHTTP/1.1 200 OK\n")      # out of order
