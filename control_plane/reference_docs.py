@@ -118,7 +118,9 @@ def admin_api_md() -> str:
              doc["info"]["description"], "",
              "Every call needs `Authorization: Bearer $ADMIN` (`SLUICE_ADMIN_TOKEN`) unless",
              "it says otherwise; the document itself is served at `GET /api/v1/openapi.json`",
-             "without a token. Errors are in the [error template](troubleshooting.md); each",
+             "without a token (it holds no secret), for generating clients; the test suite",
+             "fuzzes the API against it with schemathesis (`tests/api/test_openapi.py`).",
+             "Errors are in the [error template](troubleshooting.md); each",
              "operation lists its error statuses. Task-oriented guides: [Keys, JWT, plans,",
              "quotas and limits](keys-and-limits.md), [Models, backends and",
              "protocols](models-and-backends.md), [Routing](routing.md).", ""]
