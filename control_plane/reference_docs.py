@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,14 @@ def admin_api_md() -> str:
              "Errors are in the [error template](troubleshooting.md); each",
              "operation lists its error statuses. Task-oriented guides: [Keys, JWT, plans,",
              "quotas and limits](keys-and-limits.md), [Models, backends and",
-             "protocols](models-and-backends.md), [Routing](routing.md).", ""]
+             "protocols](models-and-backends.md), [Routing](routing.md).", "",
+             "The live document, from a running Sluice ([your shell](getting-started.md#your-shell)):",
+             "", "```sh run",
+             "curl -s $ADMIN_URL/openapi.json | jq -c '{openapi, title: .info.title, paths: (.paths | length)}'",
+             "```", "", "```json output",
+             json.dumps({"openapi": doc["openapi"], "title": doc["info"]["title"],
+                         "paths": len(doc["paths"])}),
+             "```", ""]
     by_tag: dict[str, list[tuple[str, str, dict[str, Any], list]]] = {}
     for path, ops in doc["paths"].items():
         shared = ops.get("parameters", [])
