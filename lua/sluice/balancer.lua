@@ -15,7 +15,6 @@ local stats = require("sluice.stats")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_log = ngx.log
 local ngx_now = ngx.now
 local ERR = ngx.ERR
@@ -31,7 +30,6 @@ local tonumber = tonumber
 local pairs = pairs
 local str_find = string.find
 local str_sub = string.sub
-local gmatch = string.gmatch
 
 local CONNECT_TIMEOUT = 5   -- seconds; the model's timeout_ms still caps it
 local MAX_RETRIES = 2       -- other backends tried after the first
@@ -181,9 +179,13 @@ function _M.balance(ctx, model)
     end
 
     local b = pool.backends[idx]
-    -- for the log phase: ngx.ctx does not survive error_page's internal redirect
-    local prior = ngx_var.sluice_tried
-    ngx_var.sluice_tried = (prior and prior ~= "") and (prior .. "," .. b.id_s) or b.id_s
+    -- for the log phase: every attempt of every pass (the fallback's too), in order
+    local ids = ctx.tried_ids
+    if ids then
+        ids[#ids + 1] = b.id_s
+    else
+        ctx.tried_ids = { b.id_s }
+    end
     local ok, err = set_current_peer(b.host, b.port)
     if not ok then
         ngx_log(ERR, "failed to set peer ", b.host, ":", b.port, ": ", err)
@@ -228,15 +230,14 @@ local function item(s, n)
 end
 
 -- Log phase: each attempt's outcome into the stats and the breaker (dict calls
--- only). `tried` is $sluice_tried ("3,7": backend ids in attempt order),
+-- only). `tried` is ctx.tried_ids ({"3", "7"}: backend ids in attempt order),
 -- `statuses` / `times` are $upstream_status / $upstream_response_time.
 function _M.log(tried, statuses, times, cfg)
-    if not tried or tried == "" or not statuses then
+    if not statuses then
         return
     end
-    local n = 0
-    for id in gmatch(tried, "[^,]+") do
-        n = n + 1
+    for n = 1, #tried do
+        local id = tried[n]
         local status = tonumber(item(statuses, n) or "")
         if status then
             local ok = status < 500

@@ -11,7 +11,6 @@ local tokens = require("sluice.tokens")
 local new_tab = require("table.new")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_arg = ngx.arg
 local ngx_header = ngx.header
 local ngx_log = ngx.log
@@ -70,7 +69,6 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         local key = "c:" .. cid
         local entered, err = limits.enter(key, lim.concurrent)
         if entered then
-            ngx_var.sluice_concurrency = key   -- what the error page gives back
             ctx.slot = key
         elseif entered == nil then
             ngx_log(ERR, "concurrency limit unavailable: ", err)
@@ -88,7 +86,6 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         local key = ctx.slot
         if key then     -- taken above, not needed after all
             ctx.slot = false
-            ngx_var.sluice_concurrency = ""
             limits.leave(key)
         end
         return refuse("rate limit of plan " .. lim.name .. " exceeded ("
@@ -125,20 +122,11 @@ end
 
 -- The concurrency slot goes back as soon as the answer ends (before the caller has
 -- its last byte, so its next request finds the slot free), else in the log phase.
--- ngx.ctx says what is held (no variable access) unless an error_page redirect
--- emptied it; then the variable does.
 local function release_slot(ctx)
-    local key = ctx and ctx.slot
+    local key = ctx.slot
     if key then
         ctx.slot = false
         return limits.leave(key)
-    elseif key == false then
-        return
-    end
-    key = ngx_var.sluice_concurrency
-    if key and key ~= "" then
-        ngx_var.sluice_concurrency = ""
-        limits.leave(key)
     end
 end
 
@@ -153,9 +141,9 @@ function _M.body_filter(ctx)
 end
 
 -- error page: the request failed; give the slot and reserved tokens back now.
-function _M.failed()
-    release_slot(nil)
-    tokens.refund()
+function _M.failed(ctx)
+    release_slot(ctx)
+    tokens.refund(ctx)
 end
 
 -- log: whatever is still held.
