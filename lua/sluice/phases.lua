@@ -23,6 +23,7 @@ local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local metrics = require("sluice.metrics")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -52,6 +53,7 @@ end
 
 function _M.init_worker()
     routes.init_worker()
+    metrics.init_worker()   -- the flush timer of this worker's metric buffer
 end
 
 -- Keep a valid incoming X-Request-Id, else nginx's $request_id (32 hex digits
