@@ -11,6 +11,7 @@ local ngx_balancer = require("ngx.balancer")
 local weights = require("sluice.weights")
 local breaker = require("sluice.breaker")
 local health = require("sluice.health")
+local swrr = require("sluice.swrr")
 local stats = require("sluice.stats")
 local metrics = require("sluice.metrics")
 
@@ -82,29 +83,12 @@ local function interchangeable(a, b)
     return a.base_path == b.base_path and a.auth_header == b.auth_header
 end
 
--- Index of the next backend, skipping indexes in `skip` (a set, or nil) and, when
--- `like` (a backend) is given, backends not interchangeable with it. Returns nil
--- when none is eligible.
+-- Index of the next backend (smooth weighted round-robin, sluice/swrr.lua),
+-- skipping indexes in `skip` (a set, or nil) and, when `like` (a backend) is given,
+-- backends not interchangeable with it. Returns nil when none is eligible.
+local swrr_pick = swrr.pick
 local function pick(pool, skip, like)
-    local backends, eff, current = pool.backends, pool.eff, pool.current
-    local best, best_cw
-    local total = 0
-    for i = 1, pool.n do
-        local w = eff[i]
-        if w > 0 and (skip == nil or not skip[i])
-           and (like == nil or interchangeable(like, backends[i])) then
-            local cw = current[i] + w
-            current[i] = cw
-            total = total + w
-            if best == nil or cw > best_cw then
-                best, best_cw = i, cw
-            end
-        end
-    end
-    if best then
-        current[best] = best_cw - total
-    end
-    return best
+    return swrr_pick(pool, skip, like, interchangeable)
 end
 
 -- pick(), but a backend whose circuit is half-open is taken only with a probe slot.

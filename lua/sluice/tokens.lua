@@ -17,13 +17,13 @@
 -- (sluice/context.lua).
 local cjson = require("cjson.safe")
 local limits = require("sluice.limits")
+local scan = require("sluice.scan")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_arg = ngx.arg
 local str_find = string.find
 local str_sub = string.sub
-local gmatch = string.gmatch
 local concat = table.concat
 local tonumber = tonumber
 local type = type
@@ -93,26 +93,6 @@ local function settle(ctx, used)
     end
 end
 
--- The usage object's numbers without decoding the whole answer: the text from
--- `"usage":{` to the first "}" (OpenAI and vLLM put the three counts before any
--- nested *_details object). Anything else falls back to a full decode.
-local function scan_usage(body, at)
-    local _, open_end = str_find(body, '^"usage"%s*:%s*{', at)
-    local close = open_end and str_find(body, "}", open_end + 1, true)
-    if not close then
-        return nil
-    end
-    local seg = str_sub(body, open_end + 1, close - 1)
-    local usage = {}
-    for k, v in gmatch(seg, '"([a-z_]+_tokens)"%s*:%s*(%d+)') do
-        usage[k] = tonumber(v)
-    end
-    if usage.total_tokens or (usage.prompt_tokens and usage.completion_tokens) then
-        return usage
-    end
-    return nil
-end
-
 local function take_body(ctx, body)
     if #body > MAX_BODY then
         return
@@ -121,7 +101,8 @@ local function take_body(ctx, body)
     if not at then
         return
     end
-    local usage = scan_usage(body, at)
+    -- the usage object's numbers without decoding the whole answer, else a decode
+    local usage = scan.usage(body, at)
     if usage then
         return take_usage(ctx, usage)
     end
