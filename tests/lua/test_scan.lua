@@ -10,20 +10,18 @@ local function at(body)
     return (body:find('"usage"', 1, true))
 end
 
--- The scan's answer must equal the decode's usage (its integer *_tokens members).
+local COUNTS = { "prompt_tokens", "completion_tokens", "total_tokens" }
+
+-- The scan's answer must equal the decode's three counts.
 local function same_as_decode(body)
     local got = scan.usage(body, at(body))
     if got == nil then
         return nil
     end
     local usage = cjson.decode(body).usage
-    for k, v in pairs(usage) do
-        if k:find("_tokens$") then
-            assert(got[k] == v, k .. ": scan " .. tostring(got[k]) .. ", decode " .. tostring(v))
-        end
-    end
-    for k, v in pairs(got) do
-        assert(usage[k] == v, k .. " only in the scan")
+    for _, k in ipairs(COUNTS) do
+        assert(got[k] == usage[k], k .. ": scan " .. tostring(got[k]) .. ", decode "
+               .. tostring(usage[k]))
     end
     return got
 end
@@ -72,6 +70,21 @@ function T.declines_brace_in_string()
     assert(scan.usage(body, at(body)) == nil)
 end
 
+function T.declines_duplicates()
+    local body = '{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":3}}'
+    assert(scan.usage(body, at(body)) == nil)
+    body = '{"usage":{"note":"prompt_tokens","prompt_tokens":1,"completion_tokens":2}}'
+    assert(scan.usage(body, at(body)) == nil, "a string equal to a key first: decode")
+    body = '{"usage":{"prompt_tokens":1,"note":"prompt_tokens","completion_tokens":2}}'
+    assert(scan.usage(body, at(body)) == nil, "a string equal to a key after it: decode")
+end
+
+function T.other_counts_ignored()
+    local body = '{"usage":{"prompt_tokens":1,"completion_tokens":2,"reasoning_tokens":9}}'
+    local u = same_as_decode(body)
+    assert(u and u.reasoning_tokens == nil and u.prompt_tokens == 1)
+end
+
 function T.declines_escapes()
     local body = '{"usage":{"note":"\\"q\\"","prompt_tokens":1,"completion_tokens":2}}'
     assert(scan.usage(body, at(body)) == nil)
@@ -86,9 +99,9 @@ end
 function T.many_generated_answers()
     -- every combination of members, order and spacing: the scan is exact or declines
     local members = { '"prompt_tokens":%d', '"completion_tokens":%d', '"total_tokens":%d',
-                      '"note":"x"', '"ratio":0.5' }
+                      '"note":"x"', '"ratio":0.5', '"cached_tokens":%d' }
     local n, accepted = 0, 0
-    for mask = 1, 31 do
+    for mask = 1, 63 do
         for _, sp in ipairs({ "", " ", "\n  " }) do
             local parts, v = {}, 3
             for i = 1, #members do
@@ -103,7 +116,7 @@ function T.many_generated_answers()
             if same_as_decode(body) then accepted = accepted + 1 end
         end
     end
-    assert(n == 93 and accepted > 0, n .. " answers, " .. accepted .. " scanned")
+    assert(n == 189 and accepted > 0, n .. " answers, " .. accepted .. " scanned")
 end
 
 return T
