@@ -48,10 +48,9 @@ function _M.retried(ctx)
     end
 end
 
--- $upstream_response_time: "0.012", "0.001, 0.011" after a retry, "-" parts for
+-- `t`: $upstream_response_time: "0.012", "0.001, 0.011" after a retry, "-" parts for
 -- attempts that got nothing, nil when no backend was tried. Seconds, summed.
-local function upstream_seconds()
-    local t = ngx_var.upstream_response_time
+local function upstream_seconds(t)
     if not t then
         return nil
     end
@@ -65,10 +64,11 @@ local function upstream_seconds()
     return sum
 end
 
--- Log phase (runs before nginx's access_log writes the line): the metrics, and the
+-- Log phase (runs before nginx's access_log writes the line), given
+-- $upstream_response_time (read once by phases.log): the metrics, and the
 -- variables of log_format sluice_json that have a value (the template's `set`s
 -- leave the others empty).
-function _M.log(ctx)
+function _M.log(ctx, upstream_times)
     local model = ctx.model_name or ""
     local backend = backend_name(ctx)
     local consumer = ctx.consumer
@@ -105,7 +105,7 @@ function _M.log(ctx)
 
     -- ngx.now() is the cached time of this event-loop turn while nginx measures the
     -- upstream time afresh: the total can read a little short, never below upstream.
-    local up = upstream_seconds()
+    local up = upstream_seconds(upstream_times)
     local total = ngx_now() - req_start_time()
     if up and total < up then
         total = up
