@@ -28,24 +28,46 @@ local function refuse(msg, retry_after, model_name, lim, limit)
     return 429, "rate_limited", msg, { retry_after = retry_after }
 end
 
+-- The counter keys of consumer `cid` under limits `lim`, built once per snapshot
+-- version: `lim` is compiled with the snapshot, so the cache goes with it.
+local function keys_for(lim, cid)
+    local cache = lim.key_cache
+    if not cache then
+        cache = {}
+        lim.key_cache = cache
+    end
+    local k = cache[cid]
+    if not k then
+        k = {
+            slot = "c:" .. cid,
+            rate = "r:" .. cid .. lim.rate_scope,
+            daily = lim.daily and "qd:" .. cid .. lim.daily_scope .. ":",
+            monthly = lim.monthly and "qm:" .. cid .. lim.monthly_scope .. ":",
+            tokens = lim.tokens and "tm:" .. cid .. lim.tokens_scope .. ":",
+        }
+        cache[cid] = k
+    end
+    return k
+end
+
 -- The limits of this request for limits.take_all (fields: see limits.lua). A request
 -- already refused a concurrency slot takes the rate limit only: like the quotas'
 -- counters, it would only have to give them back.
-local function wanted(ctx, lim, cid, llm, slot_refused)
+local function wanted(ctx, lim, keys, llm, slot_refused)
     local req = new_tab(0, 16)
-    req.rate_key, req.rate, req.burst = "r:" .. cid .. lim.rate_scope, lim.rate, lim.burst
+    req.rate_key, req.rate, req.burst = keys.rate, lim.rate, lim.burst
     if slot_refused then
         return req
     end
     if lim.daily then
-        req.daily_prefix, req.daily = "qd:" .. cid .. lim.daily_scope .. ":", lim.daily
+        req.daily_prefix, req.daily = keys.daily, lim.daily
     end
     if lim.monthly then
-        req.monthly_prefix = "qm:" .. cid .. lim.monthly_scope .. ":"
+        req.monthly_prefix = keys.monthly
         req.monthly = lim.monthly
     end
     if lim.tokens and llm and ctx.request_doc then
-        req.tokens_prefix = "tm:" .. cid .. lim.tokens_scope .. ":"
+        req.tokens_prefix = keys.tokens
         req.tokens = lim.tokens
         req.reserve = tokens.reservation(ctx.request_len, ctx.request_doc)
     end
@@ -60,13 +82,13 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         return nil
     end
     local lim = plans.limits(plan, model_name)
-    local cid = consumer.key_id
+    local keys = keys_for(lim, consumer.key_id)
     ctx.slot = false   -- checked: ngx.ctx now knows whether a slot is held
 
     -- the slot first (it costs nothing), so that one take_all takes the rest
     local slot_refused = false
     if lim.concurrent then
-        local key = "c:" .. cid
+        local key = keys.slot
         local entered, err = limits.enter(key, lim.concurrent)
         if entered then
             ctx.slot = key
@@ -77,7 +99,7 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         end
     end
 
-    local req = wanted(ctx, lim, cid, llm, slot_refused)
+    local req = wanted(ctx, lim, keys, llm, slot_refused)
     local refused, retry_after = limits.take_all(req)
     if req.remaining then
         ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, req.remaining, req.reset
