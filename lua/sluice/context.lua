@@ -52,11 +52,24 @@
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
 -- restored context starts a new pass without them (restore() clears them).
+local metrics = require("sluice.metrics")
+
 local ngx = ngx
 local ngx_var = ngx.var
+local ngx_log = ngx.log
+local ERR = ngx.ERR
 local tonumber = tonumber
+local pairs = pairs
+local tostring = tostring
+
+local GAUGE_EVERY = 1   -- seconds between updates of the held-contexts gauge
 
 local _M = {}
+
+metrics.register("sluice_request_contexts", "gauge",
+                 "Request contexts held in a worker's registry: requests between their "
+                 .. "access and log phases (a number that only grows is a leak).",
+                 { "worker" })
 
 local registry = {}   -- ref -> ctx, per worker
 local last_ref = 0
@@ -108,13 +121,24 @@ function _M.finish()
     return ctx
 end
 
--- Entries held (for tests and the curious: it returns to 0 when the worker is idle).
+-- Entries held: requests of this worker between access and log; 0 when idle.
 function _M.held()
     local n = 0
     for _ in pairs(registry) do
         n = n + 1
     end
     return n
+end
+
+-- init_worker: publish held() as a gauge, labelled with the worker id.
+function _M.init_worker()
+    local worker = tostring(ngx.worker.id() or 0)
+    local ok, err = ngx.timer.every(GAUGE_EVERY, function()
+        metrics.set("sluice_request_contexts", _M.held(), worker)
+    end)
+    if not ok then
+        ngx_log(ERR, "context: no gauge timer: ", err)
+    end
 end
 
 return _M

@@ -79,6 +79,7 @@ function _M.init_worker()
     id_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
     routes.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
+    context.init_worker()   -- the gauge of request contexts held
 end
 
 -- Keep a valid incoming X-Request-Id, else a new one. $sluice_request_id carries it
