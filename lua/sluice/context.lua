@@ -74,7 +74,8 @@ metrics.register("sluice_request_contexts", "gauge",
 local registry = {}   -- ref -> ctx, per worker
 local last_ref = 0
 
--- Access phase, first thing: make this request's context findable after a redirect.
+-- Access phase, first thing: make this request's context findable after a redirect
+-- (sets ctx.ref and $sluice_ctx_ref).
 function _M.stash(ctx)
     if ctx.ref then
         return

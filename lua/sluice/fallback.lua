@@ -33,8 +33,8 @@ metrics.register("sluice_fallbacks_total", "counter",
                  "Requests handed to the model's fallback after a backend timeout, by outcome.",
                  { "model", "fallback", "outcome" })
 
--- Access phase of model `model` (its backend is chosen, its body not yet converted).
--- Costs nothing for models without a fallback.
+-- Access phase of model `model` (its backend is chosen, its body not yet converted):
+-- sets ctx.fallback_to and ctx.fallback_body. Costs nothing without a fallback.
 function _M.arm(ctx, model)
     local fb = model.fallback
     if fb then
@@ -44,7 +44,7 @@ function _M.arm(ctx, model)
 end
 
 -- Error page: true when a 504 of a request armed for a fallback should go to
--- LOCATION (phases redirects it). A request already on its fallback keeps the
+-- LOCATION (phases redirects it); sets ctx.fallback then. A request already on its fallback keeps the
 -- header, then the template.
 function _M.try(ctx, status)
     local used = ctx.fallback
@@ -71,7 +71,8 @@ function _M.give_up(ctx, why)
            .. " timed out and its fallback " .. name .. " " .. why
 end
 
--- Access phase of @sluice_fallback: route the saved request to the fallback model.
+-- Access phase of @sluice_fallback: route the saved request to the fallback model
+-- (sets ctx.model, ctx.request_doc/len, ctx.usage_scan for the second pass).
 -- Returns endpoint, body (decoded), pool, backend; or nil and why not.
 function _M.route(ctx)
     -- error_page left the 504 in r->err_status, which would override the fallback's

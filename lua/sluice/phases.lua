@@ -82,8 +82,8 @@ function _M.init_worker()
     context.init_worker()   -- the gauge of request contexts held
 end
 
--- Keep a valid incoming X-Request-Id, else a new one. $sluice_request_id carries it
--- to proxy_set_header and the log line.
+-- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
+-- $sluice_request_id (which proxy_set_header and the log line read).
 local function request_id(ctx)
     local id = ctx.request_id
     if id then
@@ -97,7 +97,6 @@ local function request_id(ctx)
     ngx_var.sluice_request_id = id
     return id
 end
-
 
 -- Send a ready answer (catalog, cache hit) and end the request.
 local function answer(content_type, body)
