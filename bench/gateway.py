@@ -5,6 +5,10 @@ Starts, in one temporary prefix:
   upstream  a plain nginx (1 worker) answering POST /v1/chat/completions with a fixed
             small OpenAI-style JSON (`return 200`), on a keep-alive listener;
   baseline  a plain nginx `proxy_pass` to the upstream (keepalive 64, HTTP/1.1);
+  lean      the floor of any Lua gateway on this stack (written here, not in the
+            product): stock nginx + the Lua module doing only an API-key lookup in a
+            shared dict, reading and decoding the JSON body, balancer_by_lua onto the
+            same keep-alive upstream, and two shared-dict increments in the log phase;
   sluice    the Sluice gateway (control_plane.runtime.gateway) routing model
             "bench-chat" to the same upstream, after a snapshot push;
   policy    the same gateway, called with a second key whose consumer is on a plan:
@@ -20,9 +24,9 @@ Starts, in one temporary prefix:
             `Connection: close`, so every request is a new connection and a full
             TLS handshake;
 
-then runs wrk (bench/chat.lua: a small chat body with an API key) against baseline
-and sluice in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
-median per target) and the ratio sluice/baseline. Any non-2xx answer, from either
+then runs wrk (bench/chat.lua: a small chat body with an API key) against every
+target in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
+median per target) and each target's ratio to plain nginx and to lean. Any non-2xx answer, from either
 target, fails the run (exit 1).
 
     .venv/bin/python bench/gateway.py [--duration 10] [--connections 32] [--workers 1]
@@ -64,11 +68,13 @@ UPSTREAM_ANSWER = {
 
 # ---- plain nginx ------------------------------------------------------------------
 
-def nginx_conf(workers: int, http_body: str) -> str:
-    """A self-contained nginx.conf for a prefix: logs and temp files stay inside it."""
+def nginx_conf(workers: int, http_body: str, main: str = "") -> str:
+    """A self-contained nginx.conf for a prefix: logs and temp files stay inside it.
+    `main`: extra main-context lines (load_module)."""
     # As root, workers would drop to `nobody` and lose access to the private prefix.
     user = "user root;" if os.geteuid() == 0 else ""
-    return f"""{user}
+    return f"""{main}
+{user}
 worker_processes {workers};
 pid logs/nginx.pid;
 error_log logs/error.log warn;
@@ -117,11 +123,63 @@ def baseline_http(port: int, upstream_port: int, extra: str = "") -> str:
     }}"""
 
 
-def start_nginx(prefix: Path, workers: int, http_body: str, port: int):
+# ---- lean: the floor of a Lua gateway on this stack (not the product) ----------------
+
+LUA_MODULES = """load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;"""
+
+
+def lean_http(port: int, upstream_port: int, key: str) -> str:
+    """What any Lua gateway does at the least: look the key up in a shared dict, read
+    and decode the JSON body (a model name must be there), pick the peer in
+    balancer_by_lua (keep-alive pool), count twice in a shared dict in the log phase."""
+    return f"""
+    lua_package_path "/usr/share/lua/5.1/?.lua;;";
+    lua_package_cpath "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;;";
+    lua_shared_dict lean_keys 1m;
+    lua_shared_dict lean_counts 1m;
+    init_by_lua_block {{
+        ngx.shared.lean_keys:set("{key}", "1")
+    }}
+    upstream lean_upstream {{
+        server 0.0.0.1;
+        balancer_by_lua_block {{
+            require("ngx.balancer").set_current_peer("127.0.0.1", {upstream_port})
+        }}
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        client_body_buffer_size 1m;
+        location / {{
+            access_by_lua_block {{
+                local authz = ngx.var.http_authorization
+                if not authz or not ngx.shared.lean_keys:get(authz:sub(8)) then
+                    return ngx.exit(403)
+                end
+                ngx.req.read_body()
+                local doc = require("cjson.safe").decode(ngx.req.get_body_data() or "")
+                if type(doc) ~= "table" or type(doc.model) ~= "string" then
+                    return ngx.exit(400)
+                end
+            }}
+            log_by_lua_block {{
+                local d = ngx.shared.lean_counts
+                d:incr("requests", 1, 0)
+                d:incr("status:" .. ngx.status, 1, 0)
+            }}
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://lean_upstream;
+        }}
+    }}"""
+
+
+def start_nginx(prefix: Path, workers: int, http_body: str, port: int, main: str = ""):
     for sub in ("logs", "tmp", "conf"):
         (prefix / sub).mkdir(parents=True, exist_ok=True)
     conf = prefix / "conf" / "nginx.conf"
-    conf.write_text(nginx_conf(workers, http_body))
+    conf.write_text(nginx_conf(workers, http_body, main))
     proc = spawn(["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"],
                  log=prefix / "logs" / "stdout.log")
     try:
@@ -255,6 +313,37 @@ def show_failures(name: str, url: str, key: str | None, n: int = 5,
         print(f"  {name}: {resp.status_code} {resp.text[:300].rstrip()}", file=sys.stderr)
 
 
+# ---- ratios -----------------------------------------------------------------------
+
+# the JSON summary's key suffix per target (ratio_rps<suffix>, ratio_cpu<suffix>)
+SUFFIX = {"sluice": "", "policy": "_policy", "policy+redis": "_redis"}
+
+
+def print_ratios(summary: dict, workers: int) -> None:
+    """Every target against plain nginx and against lean (the Lua floor); adds the
+    ratios to `summary` (ratio_rps*, ratio_cpu* vs nginx; lean_rps*, lean_cpu* vs lean)."""
+    print(f"# ratios, {workers} worker(s): req/s and worker CPU per request "
+          "(CPU ratio = the throughput bound where workers have the cores to themselves)")
+    print(f"{'target':<14} {'vs nginx':>9} {'vs lean':>9} {'cpu us/r':>9} "
+          f"{'cpu vs nginx':>13} {'cpu vs lean':>12} {'p50 x nginx':>12} {'p99 x nginx':>12}")
+    b, lean = summary["baseline"], summary.get("lean")
+    for name, s in list(summary.items()):
+        if name == "baseline" or not isinstance(s, dict):
+            continue
+        ratio = s["rps"] / b["rps"]
+        cpu_ratio = b["cpu_us"] / s["cpu_us"] if s["cpu_us"] else 0.0
+        lean_ratio = s["rps"] / lean["rps"] if lean else float("nan")
+        lean_cpu = lean["cpu_us"] / s["cpu_us"] if lean and s["cpu_us"] else float("nan")
+        print(f"{name:<14} {ratio:>9.1%} {lean_ratio:>9.1%} {s['cpu_us']:>9.1f} "
+              f"{cpu_ratio:>13.1%} {lean_cpu:>12.1%} {s['p50_ms'] / b['p50_ms']:>12.2f} "
+              f"{s['p99_ms'] / b['p99_ms']:>12.2f}")
+        suffix = SUFFIX.get(name, "_" + name.replace("+", "_"))
+        summary["ratio_rps" + suffix] = ratio
+        summary["ratio_cpu" + suffix] = cpu_ratio
+        summary["lean_rps" + suffix] = lean_ratio
+        summary["lean_cpu" + suffix] = lean_cpu
+
+
 # ---- main -------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     wrk_headers: dict[str, list[str]] = {}
     verify: str | bool = True
     try:
-        upstream_port, baseline_port = free_ports(2)
+        upstream_port, baseline_port, lean_port = free_ports(3)
         baseline_tls, sluice_tls = ("", None)
         if args.https:
             from control_plane.runtime.certs import CertAuthority
@@ -324,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
                 masters[name] = masters["baseline"]
             wrk_headers["baseline-tls-close"] = ["Connection: close"]
         if not args.baseline_only:
+            procs.append(start_nginx(top / "lean", args.workers,
+                                     lean_http(lean_port, upstream_port, key),
+                                     lean_port, LUA_MODULES))
+            targets["lean"] = (f"http://127.0.0.1:{lean_port}", key)
+            masters["lean"] = procs[-1].pid
+
             gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
                                     policy_key, max_in_flight=args.max_in_flight,
                                     tls=sluice_tls)
@@ -374,21 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, s in summary.items():
             print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
                   f"{s['p99_ms']:>8.3f} {s['cpu_us']:>8.1f}")
-        for name in ("sluice", "policy", "policy+redis"):
-            if name not in summary:
-                continue
-            b, s = summary["baseline"], summary[name]
-            ratio = s["rps"] / b["rps"]
-            print(f"{name}/baseline: throughput {ratio:.3f} ({ratio:.1%}), "
-                  f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, "
-                  f"p99 x{s['p99_ms'] / b['p99_ms']:.2f}")
-            cpu_ratio = b["cpu_us"] / s["cpu_us"]
-            print(f"{name}/baseline: worker CPU per request {s['cpu_us']:.1f} us against "
-                  f"{b['cpu_us']:.1f} us, throughput bound {cpu_ratio:.3f} "
-                  f"({cpu_ratio:.1%}) where nginx workers have the cores to themselves")
-            suffix = {"sluice": "", "policy": "_policy"}.get(name, "_redis")
-            summary["ratio_rps" + suffix] = ratio
-            summary["ratio_cpu" + suffix] = cpu_ratio
+        print_ratios(summary, args.workers)
         # HTTPS: Sluice terminating TLS against plain nginx terminating TLS
         for name, base in (("sluice-tls", "baseline-tls"),
                            ("sluice-tls-close", "baseline-tls-close")):

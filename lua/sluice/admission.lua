@@ -16,7 +16,8 @@
 --
 -- In-flight counts are per backend, in the sluice_inflight dict ("b:<id>"): the
 -- balancer phase counts the attempt's backend (on a retry it moves the count to the
--- new one), the log phase gives it back. $sluice_inflight names the backend counted,
+-- new one), the log phase gives it back. ctx.inflight names the backend counted (the
+-- context survives redirects, sluice/context.lua),
 -- so error_page redirects, timeouts and client aborts (all end in the log phase)
 -- give it back too.
 -- FIXME: the check (access) and the count (balancer) are apart: nothing yields
@@ -24,7 +25,6 @@
 -- once, overshooting a limit by up to N - 1. A worker that dies mid-request leaks its
 -- counts until nginx restarts.
 local balancer = require("sluice.balancer")
-local errors = require("sluice.errors")
 local metrics = require("sluice.metrics")
 local cjson = require("cjson.safe")
 
@@ -161,8 +161,8 @@ local function limit(rank, cap)
     return cap + ceil(cap * CRITICAL_HEADROOM)
 end
 
--- Access phase, before a backend is chosen: ends the request with 400 (bad
--- X-Sluice-Priority) or 503 (saturated) in the error template, else returns.
+-- Access phase, before a backend is chosen: returns 400 (bad X-Sluice-Priority) or
+-- 503 (saturated) with type, message, extra for the error template; else nil.
 function _M.admit(snap, consumer, model_name, pool)
     if not pool.capped_checked then
         -- one pass per compiled pool: does any backend have a capacity at all?
@@ -174,8 +174,8 @@ function _M.admit(snap, consumer, model_name, pool)
     end
     local rank = class_of(snap, consumer)
     if not rank then
-        return errors.exit(400, "invalid_request",
-                           "X-Sluice-Priority must be critical, standard or best_effort")
+        return 400, "invalid_request",
+               "X-Sluice-Priority must be critical, standard or best_effort"
     end
     if not pool.capped then
         return
@@ -186,10 +186,10 @@ function _M.admit(snap, consumer, model_name, pool)
     end
     local name = NAMES[rank]
     metrics.inc("sluice_requests_shed_total", 1, model_name, name)
-    return errors.exit(503, "backend_unavailable", "model " .. model_name
-                       .. " is saturated (" .. busy .. " requests in flight, capacity "
-                       .. cap .. "); " .. name .. " requests are refused first",
-                       { retry_after = RETRY_AFTER })
+    return 503, "backend_unavailable", "model " .. model_name
+           .. " is saturated (" .. busy .. " requests in flight, capacity "
+           .. cap .. "); " .. name .. " requests are refused first",
+           { retry_after = RETRY_AFTER }
 end
 
 local function leave(id)
@@ -204,27 +204,27 @@ end
 -- Balancer phase, every attempt: count it against the backend it goes to.
 function _M.attempt(ctx)
     local id = ctx.pool.backends[ctx.backend_index].id_s
-    local prior = ngx_var.sluice_inflight
+    local prior = ctx.inflight
     if prior == id then
         return
     end
-    if prior and prior ~= "" then
+    if prior then
         leave(prior)
     end
     local _, err = dict:incr("b:" .. id, 1, 0)
     if err then
         ngx_log(ERR, "in-flight count of backend ", id, " unavailable: ", err)
-        ngx_var.sluice_inflight = ""
+        ctx.inflight = nil
         return
     end
-    ngx_var.sluice_inflight = id
+    ctx.inflight = id
 end
 
 -- Log phase: the request is over; give its count back.
-function _M.release()
-    local id = ngx_var.sluice_inflight
-    if id and id ~= "" then
-        ngx_var.sluice_inflight = ""
+function _M.release(ctx)
+    local id = ctx.inflight
+    if id then
+        ctx.inflight = nil
         leave(id)
     end
 end

@@ -10,6 +10,8 @@ local ngx_var = ngx.var
 local ngx_time = ngx.time
 local re_match = ngx.re.match
 local str_byte = string.byte
+local str_sub = string.sub
+local str_find = string.find
 local str_format = string.format
 local str_gsub = string.gsub
 
@@ -40,6 +42,13 @@ _M.sha256_hex = sha256_hex
 function _M.credential()
     local authz = ngx_var.http_authorization
     if authz then
+        -- the usual form, exactly "Bearer <key>", without the regex (same answer)
+        if str_sub(authz, 1, 7) == "Bearer " then
+            local key = str_sub(authz, 8)
+            if key ~= "" and not str_find(key, "%s") then
+                return key
+            end
+        end
         local m = re_match(authz, [[^\s*Bearer\s+(\S+)\s*$]], "joi")
         if m then
             return m[1]

@@ -11,11 +11,11 @@ local ngx_balancer = require("ngx.balancer")
 local weights = require("sluice.weights")
 local breaker = require("sluice.breaker")
 local health = require("sluice.health")
+local swrr = require("sluice.swrr")
 local stats = require("sluice.stats")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_log = ngx.log
 local ngx_now = ngx.now
 local ERR = ngx.ERR
@@ -31,7 +31,6 @@ local tonumber = tonumber
 local pairs = pairs
 local str_find = string.find
 local str_sub = string.sub
-local gmatch = string.gmatch
 
 local CONNECT_TIMEOUT = 5   -- seconds; the model's timeout_ms still caps it
 local MAX_RETRIES = 2       -- other backends tried after the first
@@ -86,29 +85,12 @@ local function interchangeable(a, b)
            and a.tls_id == b.tls_id
 end
 
--- Index of the next backend, skipping indexes in `skip` (a set, or nil) and, when
--- `like` (a backend) is given, backends not interchangeable with it. Returns nil
--- when none is eligible.
+-- Index of the next backend (smooth weighted round-robin, sluice/swrr.lua),
+-- skipping indexes in `skip` (a set, or nil) and, when `like` (a backend) is given,
+-- backends not interchangeable with it. Returns nil when none is eligible.
+local swrr_pick = swrr.pick
 local function pick(pool, skip, like)
-    local backends, eff, current = pool.backends, pool.eff, pool.current
-    local best, best_cw
-    local total = 0
-    for i = 1, pool.n do
-        local w = eff[i]
-        if w > 0 and (skip == nil or not skip[i])
-           and (like == nil or interchangeable(like, backends[i])) then
-            local cw = current[i] + w
-            current[i] = cw
-            total = total + w
-            if best == nil or cw > best_cw then
-                best, best_cw = i, cw
-            end
-        end
-    end
-    if best then
-        current[best] = best_cw - total
-    end
-    return best
+    return swrr_pick(pool, skip, like, interchangeable)
 end
 
 -- pick(), but a backend whose circuit is half-open is taken only with a probe slot.
@@ -183,9 +165,13 @@ function _M.balance(ctx, model)
     end
 
     local b = pool.backends[idx]
-    -- for the log phase: ngx.ctx does not survive error_page's internal redirect
-    local prior = ngx_var.sluice_tried
-    ngx_var.sluice_tried = (prior and prior ~= "") and (prior .. "," .. b.id_s) or b.id_s
+    -- for the log phase: every attempt of every pass (the fallback's too), in order
+    local ids = ctx.tried_ids
+    if ids then
+        ids[#ids + 1] = b.id_s
+    else
+        ctx.tried_ids = { b.id_s }
+    end
     local ok, err = set_current_peer(b.host, b.port)
     if not ok then
         ngx_log(ERR, "failed to set peer ", b.host, ":", b.port, ": ", err)
@@ -230,15 +216,14 @@ local function item(s, n)
 end
 
 -- Log phase: each attempt's outcome into the stats and the breaker (dict calls
--- only). `tried` is $sluice_tried ("3,7": backend ids in attempt order),
+-- only). `tried` is ctx.tried_ids ({"3", "7"}: backend ids in attempt order),
 -- `statuses` / `times` are $upstream_status / $upstream_response_time.
 function _M.log(tried, statuses, times, cfg)
-    if not tried or tried == "" or not statuses then
+    if not statuses then
         return
     end
-    local n = 0
-    for id in gmatch(tried, "[^,]+") do
-        n = n + 1
+    for n = 1, #tried do
+        local id = tried[n]
         local status = tonumber(item(statuses, n) or "")
         if status then
             local ok = status < 500

@@ -19,8 +19,6 @@ local metrics = require("sluice.metrics")
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
-local ngx_print = ngx.print
-local ngx_exit = ngx.exit
 local md5 = ngx.md5
 local type = type
 local pairs = pairs
@@ -87,8 +85,8 @@ local function cacheable(endpoint, doc, model)
            and doc.stream ~= true
 end
 
--- Access phase, before the request goes anywhere. Answers a hit and ends the
--- request; otherwise notes in ctx what body_filter should keep.
+-- Access phase, before the request goes anywhere. A hit returns its content type
+-- and answer (phases sends it); otherwise notes in ctx what body_filter should keep.
 function _M.lookup(ctx, endpoint, doc, model, consumer)
     if not cacheable(endpoint, doc, model) then
         return
@@ -123,10 +121,7 @@ function _M.lookup(ctx, endpoint, doc, model, consumer)
             answer = encode(out) .. "\n"
         end
     end
-    ngx.status = 200
-    ngx_header["Content-Type"] = str_sub(entry, 1, nl - 1)
-    ngx_print(answer)
-    return ngx_exit(200)
+    return str_sub(entry, 1, nl - 1), answer
 end
 
 function _M.header_filter(ctx)
@@ -135,8 +130,8 @@ function _M.header_filter(ctx)
         return
     end
     ngx_header["X-Cache-Status"] = c.status
-    ngx_var.sluice_cache_status = c.status      -- the access-log line's "cache"
-    metrics.inc("sluice_cache_requests_total", 1, ngx_var.sluice_model or "", c.status)
+    ctx.cache_status = c.status      -- the access-log line's "cache"
+    metrics.inc("sluice_cache_requests_total", 1, ctx.model_name or "", c.status)
     if c.key and ngx.status ~= 200 then
         c.key = nil
     end

@@ -2,12 +2,7 @@
 -- routes) the caller's key may use (a model it may not use is as unknown as a missing one).
 local cjson = require("cjson.safe")
 local auth = require("sluice.auth")
-local errors = require("sluice.errors")
 
-local ngx = ngx
-local ngx_header = ngx.header
-local ngx_print = ngx.print
-local ngx_exit = ngx.exit
 local pairs = pairs
 local ipairs = ipairs
 local sort = table.sort
@@ -21,12 +16,13 @@ local function entry(name)
     return cjson.encode({ id = name, object = "model", created = 0, owned_by = OWNER })
 end
 
+-- The answer: 200, content type, body; or 404, type, message.
 function _M.serve(snap, consumer, model_name)
     local body
     if model_name then
         if not (snap.models[model_name] or snap.routes[model_name])
            or not auth.allowed(consumer, model_name) then
-            return errors.exit(404, "not_found", "unknown model " .. model_name)
+            return 404, "not_found", "unknown model " .. model_name
         end
         body = entry(model_name)
     else
@@ -49,10 +45,7 @@ function _M.serve(snap, consumer, model_name)
         -- by hand: cjson would write an empty list as {}
         body = '{"object":"list","data":[' .. concat(names, ",") .. ']}'
     end
-    ngx.status = 200
-    ngx_header["Content-Type"] = "application/json"
-    ngx_print(body, "\n")
-    return ngx_exit(200)
+    return 200, "application/json", body .. "\n"
 end
 
 return _M

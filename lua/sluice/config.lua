@@ -13,6 +13,7 @@ local routes = require("sluice.routes")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
+local same = require("sluice.same").same
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -39,79 +40,91 @@ local DEFAULT_CACHE_TTL = 0      -- a snapshot that does not ask for caching get
 
 local _M = {}
 
--- worker-local decoded snapshot and the dict generation it was built from
-local cached, cached_gen
+-- worker-local compiled snapshot, the decoded one it came from, and the dict
+-- generation it was built from
+local cached, cached_doc, cached_gen
 
 -- Returns true, or nil and a message naming the first bad field (sluice.validate).
 _M.validate = validate.snapshot
 
--- Decoded snapshot -> the tables the hot path reads. Pools hold only backends with
--- weight > 0; `current` is the smooth-weighted-round-robin state of this worker.
-local function compile(s)
-    local maps = mappings.compile(s.mappings)
-    local models = {}
-    local by_addr = {}   -- "host:port" -> backends there (upstream_tls.check_shared)
-    for name, m in pairs(s.models) do
-        local pools, order = {}, {}
-        for _, b in ipairs(m.backends) do
-            -- one pool per protocol; vendor backends pool per mapping
-            local key = b.protocol == "vendor" and "vendor:" .. b.mapping or b.protocol
-            local pool = pools[key]
-            if not pool then
-                -- eff/open/usable and the *_gen/next_refresh stamps: balancer.lua's
-                -- per-worker view of controller weights and circuits
-                pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0,
-                         drained = 0, protocol = b.protocol, mapping = maps[b.mapping],
-                         eff = {}, open = {}, usable = 0,
-                         w_gen = -1, b_gen = -1, next_refresh = 0 }
-                pools[key] = pool
-                order[#order + 1] = key
-            end
-            local tls = upstream_tls.compile(b)
-            if tls and not tls.loaded then
-                -- its CA location comes with the reload this snapshot causes
-                ngx_log(WARN, "backend ", tostring(b.name or b.id), ": TLS trust ", tls.trust,
-                        " is not loaded yet; left out until the gateway reloads")
-            end
-            if b.weight > 0 and (not tls or tls.loaded) then
-                local n = pool.n + 1
-                pool.n = n
-                pool.backends[n] = {
-                    id = b.id,
-                    id_s = tostring(b.id),   -- weight table and dict keys
-                    name = b.name,
-                    host = b.host,
-                    port = b.port,
-                    host_header = b.host_header or (b.host .. ":" .. b.port),
-                    base_path = b.base_path or "",
-                    auth_header = b.auth_header or "",
-                    max_in_flight = admission.capacity_of(b),
-                    tls = tls,                     -- nil for http://
-                    tls_id = tls and tls.id or "",
-                }
+-- One model of decoded snapshot `s` -> what the hot path reads. Pools hold only
+-- backends with weight > 0 (and, for https, whose trust location is loaded);
+-- `current` is the smooth-weighted-round-robin state of this worker.
+local function compile_model(s, name, m, maps)
+    local pools, order = {}, {}
+    for _, b in ipairs(m.backends) do
+        -- one pool per protocol; vendor backends pool per mapping
+        local key = b.protocol == "vendor" and "vendor:" .. b.mapping or b.protocol
+        local pool = pools[key]
+        if not pool then
+            -- eff/open/usable and the *_gen/next_refresh stamps: balancer.lua's
+            -- per-worker view of controller weights and circuits
+            pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0,
+                     drained = 0, protocol = b.protocol, mapping = maps[b.mapping],
+                     eff = {}, open = {}, usable = 0,
+                     w_gen = -1, b_gen = -1, next_refresh = 0 }
+            pools[key] = pool
+            order[#order + 1] = key
+        end
+        local tls = upstream_tls.compile(b)
+        if tls and not tls.loaded then
+            -- its CA location comes with the reload this snapshot causes
+            ngx_log(WARN, "backend ", tostring(b.name or b.id), ": TLS trust ", tls.trust,
+                    " is not loaded yet; left out until the gateway reloads")
+        end
+        if b.weight > 0 and (not tls or tls.loaded) then
+            local n = pool.n + 1
+            pool.n = n
+            pool.backends[n] = {
+                id = b.id,
+                id_s = tostring(b.id),   -- weight table and dict keys
+                name = b.name,
+                host = b.host,
+                port = b.port,
+                host_header = b.host_header or (b.host .. ":" .. b.port),
+                base_path = b.base_path or "",
+                auth_header = b.auth_header or "",
+                max_in_flight = admission.capacity_of(b),
+                tls = tls,                     -- nil for http://
+                tls_id = tls and tls.id or "",
+            }
+            pool.weights[n] = b.weight
+            pool.current[n] = 0
+            pool.eff[n] = b.weight
+            pool.open[n] = false
+            pool.total = pool.total + b.weight
+        else
+            pool.drained = pool.drained + 1
+        end
+    end
+    table.sort(order)
+    return { name = name, timeout = m.timeout_ms / 1000, pools = pools,
+             cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
+             cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
+             fallback = s.models[m.fallback_model] and m.fallback_model or nil,
+             mask_pii = m.mask_pii == true,   -- sluice.pii.forward
+             pool_order = order }
+end
+
+-- Backends of the compiled models by "host:port", for upstream_tls.check_shared.
+local function by_address(models)
+    local by_addr = {}
+    for _, model in pairs(models) do
+        for _, pool in pairs(model.pools) do
+            for i = 1, pool.n do
+                local b = pool.backends[i]
                 local addr = b.host .. ":" .. b.port
                 local at = by_addr[addr] or {}
-                at[#at + 1] = pool.backends[n]
+                at[#at + 1] = b
                 by_addr[addr] = at
-                pool.weights[n] = b.weight
-                pool.current[n] = 0
-                pool.eff[n] = b.weight
-                pool.open[n] = false
-                pool.total = pool.total + b.weight
-            else
-                pool.drained = pool.drained + 1
             end
         end
-        table.sort(order)
-        models[name] = { name = name, timeout = m.timeout_ms / 1000, pools = pools,
-                         cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
-                         cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
-                         fallback = s.models[m.fallback_model] and m.fallback_model or nil,
-                         mask_pii = m.mask_pii == true,   -- sluice.pii.forward
-                         pool_order = order }
     end
-    upstream_tls.check_shared(by_addr)
+    return by_addr
+end
 
+-- The consumers of decoded snapshot `s`, by id and by name.
+local function compile_consumers(s)
     local consumers = {}
     for id, c in pairs(s.consumers) do
         local allowed
@@ -128,6 +141,14 @@ local function compile(s)
                                     plan_id = plan_id, plan_name = plan and plan.name }
     end
 
+    local by_name = {}
+    for _, c in pairs(consumers) do
+        if type(c.name) == "string" then by_name[c.name] = c end
+    end
+    return consumers, by_name
+end
+
+local function compile_keys(s)
     local keys = {}
     for hash, k in pairs(s.keys) do
         local exp = k.expires_at
@@ -137,17 +158,50 @@ local function compile(s)
             expires_at = exp ~= json_null and exp or nil,
         }
     end
+    return keys
+end
 
-    local by_name = {}
-    for _, c in pairs(consumers) do
-        if type(c.name) == "string" then by_name[c.name] = c end
+-- Decoded snapshot `s` -> the tables the hot path reads. What did not change since
+-- `prev_s` (the decoded snapshot `prev` was compiled from) is taken over from `prev`:
+-- each model whose document (and the mappings, and whether its fallback exists) is
+-- the same keeps its pools, so its round-robin state and weight stamps carry on; the
+-- consumers, keys and plans when their sections are the same. The small sections
+-- (JWT issuers, content policies, breaker, routes) are compiled afresh.
+local function compile(s, prev_s, prev)
+    local maps = mappings.compile(s.mappings)
+    local same_maps = prev and same(s.mappings, prev_s.mappings)
+    local models = {}
+    for name, m in pairs(s.models) do
+        local old = same_maps and prev.models[name]
+        local old_doc = old and prev_s.models[name]
+        if old and same(m, old_doc)
+           and (s.models[m.fallback_model] == nil) == (prev_s.models[m.fallback_model] == nil) then
+            models[name] = old
+        else
+            models[name] = compile_model(s, name, m, maps)
+        end
     end
+    upstream_tls.check_shared(by_address(models))
+
+    local same_plans = prev and same(s.plans, prev_s.plans)
+    local consumers, by_name, compiled_plans, priorities
+    if same_plans and same(s.consumers, prev_s.consumers) then
+        consumers, by_name = prev.consumers, prev.consumers_by_name
+    else
+        consumers, by_name = compile_consumers(s)
+    end
+    if same_plans then
+        compiled_plans, priorities = prev.plans, prev.priorities
+    else
+        compiled_plans, priorities = plans.compile(s.plans), admission.compile(s.plans)
+    end
+    local keys = prev and same(s.keys, prev_s.keys) and prev.keys or compile_keys(s)
 
     return { version = s.version, models = models, consumers = consumers, keys = keys,
-             consumers_by_name = by_name, plans = plans.compile(s.plans),
+             consumers_by_name = by_name, plans = compiled_plans,
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
              breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes),
-             priorities = admission.compile(s.plans) }
+             priorities = priorities }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.
@@ -165,8 +219,8 @@ function _M.get()
         ngx_log(ERR, "failed to decode stored snapshot: ", err, "; keeping the previous one")
         return cached
     end
-    cached = compile(s)
-    cached_gen = gen
+    cached = compile(s, cached_doc, cached)
+    cached_doc, cached_gen = s, gen
     return cached
 end
 

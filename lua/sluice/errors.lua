@@ -3,7 +3,6 @@
 local cjson = require("cjson.safe")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_header = ngx.header
 local ngx_print = ngx.print
 local ngx_exit = ngx.exit
@@ -54,7 +53,7 @@ function _M.body(status, err_type, message, extra)
         code = status,
         type = err_type or _M.type_for(status),
         message = message or MESSAGES[status] or "error",
-        request_id = ngx_var.sluice_request_id or "",
+        request_id = ngx.ctx.request_id or "",
     }
     if extra then
         for k, v in pairs(extra) do
@@ -70,19 +69,27 @@ function _M.body(status, err_type, message, extra)
     return body
 end
 
+-- Send the error template (status, headers, body) without ending the request, and
+-- note its type in the request's context (ctx.error_type: the log line's). The
+-- error page's way; everyone else uses exit().
+function _M.send(status, err_type, message, extra)
+    ngx.status = status
+    ngx.ctx.error_type = err_type or _M.type_for(status)
+    ngx_header["Content-Type"] = "application/json"
+    ngx_header["Content-Length"] = nil   -- an intercepted answer's length is not ours
+    if extra and extra.retry_after then
+        ngx_header["Retry-After"] = extra.retry_after
+    end
+    ngx_print(_M.body(status, err_type, message, extra), "\n")
+end
+
 -- Send the error template and end the request. Usable in rewrite, access and
 -- content phases. `extra.retry_after` also sets the Retry-After header.
 function _M.exit(status, err_type, message, extra)
     if type(status) ~= "number" then
         error("status must be a number", 2)
     end
-    ngx.status = status
-    ngx_var.sluice_error_type = err_type or _M.type_for(status)
-    ngx_header["Content-Type"] = "application/json"
-    if extra and extra.retry_after then
-        ngx_header["Retry-After"] = extra.retry_after
-    end
-    ngx_print(_M.body(status, err_type, message, extra), "\n")
+    _M.send(status, err_type, message, extra)
     -- the documented idiom: content already sent, so end with 200 (no error_page)
     return ngx_exit(HTTP_OK)
 end

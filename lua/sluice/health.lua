@@ -11,7 +11,6 @@
 -- lapse `ttl_s` seconds after the push (a controller that stopped probing must not
 -- keep a backend out forever).
 local cjson = require("cjson.safe")
-local errors = require("sluice.errors")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
@@ -123,8 +122,8 @@ function _M.loading(id, now)
     return nil
 end
 
--- Access phase, when no backend of `pool` could be chosen: 503 "model loading" if
--- any of them is loading (the soonest retry_after), else return to the caller.
+-- Access phase, when no backend of `pool` could be chosen: 503, type, message,
+-- extra ("model loading") if any of them is loading (the soonest retry_after), else nil.
 function _M.refuse(pool, model_name)
     local now = ngx_now()
     local soonest
@@ -133,8 +132,8 @@ function _M.refuse(pool, model_name)
         if ra and (not soonest or ra < soonest) then soonest = ra end
     end
     if soonest then
-        return errors.exit(503, "backend_unavailable", "model " .. model_name .. " is loading",
-                           { retry_after = soonest })
+        return 503, "backend_unavailable", "model " .. model_name .. " is loading",
+               { retry_after = soonest }
     end
 end
 

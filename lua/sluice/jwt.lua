@@ -13,6 +13,7 @@ local b64 = require("ngx.base64")
 local pkey = require("openssl.pkey")
 local digest = require("openssl.digest")
 local lrucache = require("resty.lrucache")
+local der = require("sluice.der")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -21,8 +22,6 @@ local WARN = ngx.WARN
 local decode_base64url = b64.decode_base64url
 local str_find = string.find
 local str_sub = string.sub
-local str_byte = string.byte
-local str_char = string.char
 local type = type
 local pairs = pairs
 local ipairs = ipairs
@@ -53,27 +52,8 @@ function _M.looks_like(s)
     return b ~= nil and not str_find(s, ".", b + 1, true)
 end
 
--- ES256 signatures are r || s (32 bytes each); OpenSSL wants DER:
--- SEQUENCE { INTEGER r, INTEGER s }, each minimal and non-negative.
-local function der_int(x)
-    local i = 1
-    while i < #x and str_byte(x, i) == 0 do
-        i = i + 1
-    end
-    x = str_sub(x, i)
-    if str_byte(x, 1) >= 0x80 then
-        x = "\0" .. x
-    end
-    return "\2" .. str_char(#x) .. x
-end
-
-local function ecdsa_der(raw)
-    if #raw ~= 64 then
-        return nil
-    end
-    local body = der_int(str_sub(raw, 1, 32)) .. der_int(str_sub(raw, 33, 64))
-    return "\48" .. str_char(#body) .. body
-end
+-- ES256 signatures are r || s; OpenSSL wants DER (sluice/der.lua).
+local ecdsa_der = der.ecdsa
 
 -- Snapshot issuers -> { keys = { {alg, kid, pkey, issuer} ... } }; called by
 -- config.compile. Keys that luaossl cannot read are left out with a warning.

@@ -26,7 +26,7 @@
 -- early, giving that many extra tokens once the bucket has drained.
 --
 -- Concurrency: incr/decr of an in-flight counter; the log phase gives the slot back
--- (also after error_page's internal redirect, through $sluice_concurrency).
+-- (also after error_page's internal redirect: ctx.slot, sluice/context.lua).
 -- FIXME: a worker that dies mid-request leaks its slots until the dict is flushed.
 --
 -- Quotas: one counter per consumer, scope and UTC day or month, incremented before
@@ -42,11 +42,10 @@ local ngx_now = ngx.now
 local ngx_time = ngx.time
 local ngx_log = ngx.log
 local ERR = ngx.ERR
-local ceil = math.ceil
-local floor = math.floor
 local max = math.max
 local os_date = os.date
 
+local gcra = require("sluice.gcra")
 local dict = ngx.shared.sluice_limits
 
 local DAY = 86400
@@ -71,20 +70,19 @@ end
 -- seconds until the bucket is full again, and (when refused) seconds to wait.
 function _M.take(key, rate, burst)
     local now = ngx_now() * 1000
-    local T = 1000 / rate
-    local cap = burst * T
+    local T, cap = gcra.params(rate, burst)
     local tat, err = dict:incr(key, T, now, max(T, 1) / 1000)
     if not tat then
         return nil, err
     end
     local ahead = tat - now
-    if ahead <= cap then
+    local admitted, remaining, reset, wait = gcra.decide(ahead, T, cap)
+    if admitted then
         dict:expire(key, max(ahead, 1) / 1000)
-        return true, floor((cap - ahead) / T), ceil(ahead / 1000)
+    else
+        dict:incr(key, -T)
     end
-    dict:incr(key, -T)
-    local wait = (ahead - cap) / 1000
-    return false, 0, ceil((ahead - T) / 1000), max(1, ceil(wait))
+    return admitted, remaining, reset, wait
 end
 
 -- One more in-flight request under `key`, unless `limit` are already running.

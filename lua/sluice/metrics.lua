@@ -8,9 +8,16 @@
 --
 -- Label values are positional, in the order the family declares its labels (at most
 -- 4). The dict key of each series is built once per worker and cached in nested
--- tables keyed by the label values, so a request costs table lookups and dict
--- increments, not string building. Label values must come from bounded sets (the
--- snapshot's names, statuses), never straight from the request.
+-- tables keyed by the label values, so a request costs table lookups, not string
+-- building. Label values must come from bounded sets (the snapshot's names,
+-- statuses), never straight from the request.
+--
+-- Counters and histograms are buffered per worker: a request adds to a plain Lua
+-- table, and a timer adds the table into the shared dict every FLUSH_EVERY seconds
+-- and when the worker exits. GET /metrics (render) first asks every worker to flush
+-- (a generation number in the dict, polled every POLL seconds) and waits, at most
+-- SYNC_WAIT, until each has: a scrape sees every request answered before it.
+-- Gauges (set) go straight to the dict.
 local ngx = ngx
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -25,11 +32,17 @@ local pairs = pairs
 local ipairs = ipairs
 local concat = table.concat
 local sort = table.sort
+local clear_tab = require("table.clear")
 
 local dict = ngx.shared.sluice_metrics
 
 local SEP = "\1"            -- family SEP labels SEP suffix: cannot occur in a rendered label
 local MAX_CACHED = 20000    -- worker-local series keys before the cache starts over
+local FLUSH_EVERY = 1       -- seconds between a worker's flushes of its buffer
+local POLL = 0.05           -- seconds between a worker's looks for a scrape's request
+local SYNC_WAIT = 1.5       -- seconds a scrape waits for the other workers at most
+local WANT = "flush:want"   -- bumped by a scrape; no SEP, so render() skips it
+local ACK = "flush:ack:"    -- .. worker id: the last generation that worker flushed
 local LATENCY_BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 }
 
 local _M = {}
@@ -161,14 +174,87 @@ end
 
 local last_full_log = 0
 
+-- this worker's counts not yet in the dict: key -> amount
+local pending = {}
+local has_pending = false
+
 local function add(key, value)
-    local _, err = dict:incr(key, value, 0)
-    if err then
-        local now = ngx_now()
-        if now - last_full_log > 60 then
-            last_full_log = now
-            ngx_log(ERR, "metrics: failed to count ", key, ": ", err)
+    local v = pending[key]
+    pending[key] = v and v + value or value
+    has_pending = true
+end
+
+-- Add this worker's buffer into the shared dict.
+local function flush()
+    if not has_pending then
+        return
+    end
+    has_pending = false
+    for key, v in pairs(pending) do
+        local _, err = dict:incr(key, v, 0)
+        if err then
+            local now = ngx_now()
+            if now - last_full_log > 60 then
+                last_full_log = now
+                ngx_log(ERR, "metrics: failed to count ", key, ": ", err)
+            end
         end
+    end
+    clear_tab(pending)
+end
+_M.flush = flush
+
+-- init_worker: the flush timer. Every POLL seconds it looks whether a scrape asked
+-- for a flush; it flushes then, every FLUSH_EVERY seconds, and when the worker exits.
+function _M.init_worker()
+    local id = ngx.worker.id() or 0
+    local seen = dict:get(WANT) or 0
+    local last = ngx_now()
+    local function tick(premature)
+        local want = dict:get(WANT) or 0
+        local now = ngx_now()
+        if premature or want ~= seen or now - last >= FLUSH_EVERY then
+            flush()
+            last = now
+            if want ~= seen then
+                seen = want
+                dict:set(ACK .. id, want)
+            end
+        end
+    end
+    local ok, err = ngx.timer.every(POLL, tick)
+    if not ok then
+        -- counts then reach the dict only when this worker serves a scrape
+        ngx_log(ERR, "metrics: no flush timer: ", err)
+    end
+end
+
+-- Before a scrape: every worker's buffer into the dict (this one's now, the others'
+-- within POLL seconds; at most SYNC_WAIT). Yields: content phase only.
+local function sync()
+    flush()
+    local n = ngx.worker.count()
+    if n <= 1 then
+        return
+    end
+    local gen = dict:incr(WANT, 1, 0)
+    if not gen then
+        return
+    end
+    dict:set(ACK .. (ngx.worker.id() or 0), gen)
+    local deadline = ngx_now() + SYNC_WAIT
+    while true do
+        local all = true
+        for i = 0, n - 1 do
+            if (dict:get(ACK .. i) or 0) < gen then
+                all = false
+                break
+            end
+        end
+        if all or ngx_now() > deadline then
+            return
+        end
+        ngx.sleep(POLL / 2)
     end
 end
 
@@ -229,8 +315,10 @@ local function render_family(out, name, fam, series)
     end
 end
 
--- The exposition text: every declared family with what the dict holds.
+-- The exposition text: every declared family with what the dict holds, once every
+-- worker flushed its buffer (content phase: it may wait up to SYNC_WAIT).
 function _M.render()
+    sync()
     local by_family = {}
     for _, key in ipairs(dict:get_keys(0)) do
         local s1 = str_find(key, SEP, 1, true)

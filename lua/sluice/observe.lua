@@ -2,9 +2,9 @@
 -- (sluice.metrics) and the nginx variables that nginx's own buffered access_log turns
 -- into one JSON line (log_format sluice_json in nginx/nginx.conf.tmpl).
 --
--- The facts live in nginx variables, not ngx.ctx, because an error_page redirect
--- (502/504 from nginx itself) clears ngx.ctx but keeps variables. Never a key or a
--- token: the line names the consumer, not its credentials.
+-- The facts live in the request's context (sluice/context.lua: restored after an
+-- error_page redirect); the log phase writes the few variables log_format reads,
+-- once. Never a key or a token: the line names the consumer, not its credentials.
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
@@ -31,40 +31,28 @@ function _M.policy_refused(model_name, policy)
     metrics.inc("sluice_policy_refused_total", 1, model_name, policy)
 end
 
-local function backend_name(b)
+-- The backend that answered (the last one tried), or "".
+-- The name of the backend this request went to ("" before the balancer chose one).
+local function backend_name(ctx)
+    local pool = ctx.pool
+    if not pool then
+        return ""
+    end
+    local b = pool.backends[ctx.backend_index]
     return b.name or tostring(b.id)
 end
+_M.backend_name = backend_name
 
--- Access phase, as each fact becomes known: who calls, which model (only names
--- from the snapshot, so label values stay a bounded set), which backend.
-function _M.consumer(consumer)
-    ngx_var.sluice_consumer = consumer.name or tostring(consumer.id)
-    local plan = consumer.plan_name
-    ngx_var.sluice_plan = type(plan) == "string" and plan or NO_PLAN
-end
-
--- `name`: the model asked for, then the one a route chose (sluice.routes).
-function _M.model(name)
-    ngx_var.sluice_model = name
-end
-
-function _M.backend(backend)
-    ngx_var.sluice_backend = backend_name(backend)
-end
-
--- Balancer phase, on a retry: the line and the metrics name the backend that answered.
+-- Balancer phase, on a retry.
 function _M.retried(ctx)
-    local b = ctx.pool.backends[ctx.backend_index]
-    ngx_var.sluice_backend = backend_name(b)
     if ctx.tries == 2 then
-        metrics.inc("sluice_upstream_retries_total", 1, ngx_var.sluice_model)
+        metrics.inc("sluice_upstream_retries_total", 1, ctx.model_name)
     end
 end
 
--- $upstream_response_time: "0.012", "0.001, 0.011" after a retry, "-" parts for
+-- `t`: $upstream_response_time: "0.012", "0.001, 0.011" after a retry, "-" parts for
 -- attempts that got nothing, nil when no backend was tried. Seconds, summed.
-local function upstream_seconds()
-    local t = ngx_var.upstream_response_time
+local function upstream_seconds(t)
     if not t then
         return nil
     end
@@ -78,19 +66,48 @@ local function upstream_seconds()
     return sum
 end
 
--- Log phase (runs before nginx's access_log writes the line).
-function _M.log()
-    local model = ngx_var.sluice_model or ""
-    local backend = ngx_var.sluice_backend or ""
-    local plan = ngx_var.sluice_plan
-    if plan == nil or plan == "" then
-        plan = NO_PLAN
+-- Log phase (runs before nginx's access_log writes the line), given
+-- $upstream_response_time (read once by phases.log): the metrics, and the
+-- variables of log_format sluice_json that have a value (the template's `set`s
+-- leave the others empty).
+function _M.log(ctx, upstream_times)
+    local model = ctx.model_name or ""
+    local backend = backend_name(ctx)
+    local consumer = ctx.consumer
+    local plan = NO_PLAN
+    if consumer then
+        local p = consumer.plan_name
+        if type(p) == "string" then
+            plan = p
+        end
+        ngx_var.sluice_consumer = consumer.name or tostring(consumer.id)
+        ngx_var.sluice_plan = plan
     end
+    if model ~= "" then
+        ngx_var.sluice_model = model
+    end
+    if backend ~= "" then
+        ngx_var.sluice_backend = backend
+    end
+    local v = ctx.route
+    if v then ngx_var.sluice_route = v end
+    v = ctx.error_type
+    if v then ngx_var.sluice_error_type = v end
+    v = ctx.prompt_tokens
+    if v then ngx_var.sluice_prompt_tokens = v end
+    v = ctx.completion_tokens
+    if v then ngx_var.sluice_completion_tokens = v end
+    v = ctx.cache_status
+    if v then ngx_var.sluice_cache_status = v end
+    v = ctx.excerpt
+    if v then ngx_var.sluice_excerpt = v end
+    v = ctx.fallback
+    if v then ngx_var.sluice_fallback = v end
     metrics.inc("sluice_requests_total", 1, model, backend, ngx.status, plan)
 
     -- ngx.now() is the cached time of this event-loop turn while nginx measures the
     -- upstream time afresh: the total can read a little short, never below upstream.
-    local up = upstream_seconds()
+    local up = upstream_seconds(upstream_times)
     local total = ngx_now() - req_start_time()
     if up and total < up then
         total = up

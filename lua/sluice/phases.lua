@@ -1,7 +1,10 @@
--- Entry points: each *_by_lua_block in nginx/nginx.conf.tmpl is one call here.
--- Per-request state lives in ngx.ctx; the request id lives in $sluice_request_id
--- because ngx.ctx does not survive error_page's internal redirect.
+-- Entry points: each *_by_lua_block in nginx/nginx.conf.tmpl is one call here, and
+-- the only module that ends a request or sends a response: the access steps return
+-- what they computed or a status and error. Per-request state lives in ngx.ctx, the
+-- context described in sluice/context.lua, carried across error_page and ngx.exec by
+-- one reference variable.
 local config = require("sluice.config")
+local context = require("sluice.context")
 local errors = require("sluice.errors")
 local auth = require("sluice.auth")
 local endpoints = require("sluice.endpoints")
@@ -21,19 +24,47 @@ local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
 local upstream_tls = require("sluice.upstream_tls")
+local probes = require("sluice.probes")
+local metrics = require("sluice.metrics")
 local breaker_defaults = require("sluice.breaker").settings(nil)
+local rand = require("openssl.rand")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
 local ngx_log = ngx.log
+local ngx_print = ngx.print
+local ngx_exit = ngx.exit
+local ngx_exec = ngx.exec
 local ERR = ngx.ERR
 local re_find = ngx.re.find
 local tonumber = tonumber
+local str_format = string.format
+local str_byte = string.byte
+local str_gsub = string.gsub
 
 local REQUEST_ID = [[^[A-Za-z0-9._:-]{1,128}\z]]
 
 local _M = {}
+
+-- Request ids made here: 32 hex digits, 16 random ones drawn when the worker starts
+-- and a 16-digit sequence number of the worker. Unique like nginx's $request_id (16
+-- random bytes per request), which costs ~1.5 us of RAND_bytes per request; these
+-- are not secrets, only unique.
+local id_prefix
+local id_seq = 0
+
+local function hex_byte(c)
+    return str_format("%02x", str_byte(c))
+end
+
+local function new_request_id()
+    if not id_prefix then   -- init_worker draws it; this only guards the order
+        id_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
+    end
+    id_seq = id_seq + 1
+    return id_prefix .. str_format("%016x", id_seq)
+end
 
 function _M.init(opts)
     internal.init(opts.token)
@@ -47,125 +78,44 @@ function _M.init(opts)
 end
 
 function _M.init_worker()
+    -- a fresh draw per worker (after fork), so no two workers share a prefix
+    id_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
     routes.init_worker()
+    metrics.init_worker()   -- the flush timer of this worker's metric buffer
+    context.init_worker()   -- the gauge of request contexts held
 end
 
--- Keep a valid incoming X-Request-Id, else nginx's $request_id (32 hex digits
--- from 16 random bytes).
-local function request_id()
-    local id = ngx_var.sluice_request_id
-    if id and id ~= "" then
+-- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
+-- $sluice_request_id (which proxy_set_header and the log line read).
+local function request_id(ctx)
+    local id = ctx.request_id
+    if id then
         return id
     end
     id = ngx_var.http_x_request_id
     if not id or not re_find(id, REQUEST_ID, "jo") then
-        id = ngx_var.request_id
+        id = new_request_id()
     end
+    ctx.request_id = id
     ngx_var.sluice_request_id = id
     return id
 end
 
-function _M.rewrite()
-    request_id()
+-- Send a ready answer (catalog, cache hit) and end the request.
+local function answer(content_type, body)
+    ngx.status = 200
+    ngx_header["Content-Type"] = content_type
+    ngx_print(body)
+    return ngx_exit(200)
 end
 
-function _M.access()
-    local ctx = ngx.ctx
-
-    local endpoint, path_model, err_type, msg, allow = endpoints.match()
-    if not endpoint then
-        local status = path_model   -- on failure: nil, status, type, message[, allow]
-        if status == 405 then
-            ngx_header["Allow"] = allow
-        end
-        return errors.exit(status, err_type, msg)
-    end
-
-    local snap = config.get()
-    if not snap then
-        return errors.exit(503, "backend_unavailable", "the gateway has no configuration yet",
-                           { retry_after = 1 })
-    end
-
-    -- on success: consumer, attributes; on failure: nil, status, type, message
-    local consumer, status
-    consumer, status, err_type, msg = auth.authenticate(snap)
-    if not consumer then
-        return errors.exit(status, err_type, msg)
-    end
-    -- what routing conditions test: the consumer's attributes, JWT claims over them
-    ctx.attributes = status
-    observe.consumer(consumer)
-
-    if endpoint.method == "GET" then
-        return catalog.serve(snap, consumer, path_model)
-    end
-
-    local model_name, doc
-    model_name, doc, err_type, msg = router.model_name(endpoint, path_model)
-    if not model_name then
-        return errors.exit(doc, err_type, msg)
-    end
-
-    -- a model, or a route over models (sluice.routes picks one below)
-    if not snap.models[model_name] and not snap.routes[model_name] then
-        return errors.exit(404, "not_found", "unknown model " .. model_name)
-    end
-    observe.model(model_name)
-    if not auth.allowed(consumer, model_name) then
-        return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
-    end
-
-    local extra
-    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
-                                                endpoint.caller == "openai")
-    if status then
-        return errors.exit(status, err_type, msg, extra)
-    end
-    usage.count(ctx, endpoint, consumer, model_name)
-
-    local violated = content.check(snap, model_name, ctx.request_doc)
-    if violated then
-        observe.policy_refused(model_name, violated)
-        return errors.exit(451, "policy_violation",
-                           "the request was refused by content policy " .. violated)
-    end
-
-    model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
-
-    local pool, model
-    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
-    if not pool then
-        return errors.exit(model, err_type, msg)
-    end
-    observe.model(model_name)
-
-    cache.lookup(ctx, endpoint, doc, model, consumer)   -- a hit ends the request here
-    admission.admit(snap, consumer, model_name, pool)   -- a saturated pool may end it here
-
-    local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
-    if not backend then
-        health.refuse(pool, model_name)   -- every backend loading: 503 "model loading"
-        if retry_after then
-            return errors.exit(503, "backend_unavailable", "every backend of model "
-                               .. model_name .. " has an open circuit",
-                               { retry_after = retry_after > 0 and retry_after or 1 })
-        end
-        return errors.exit(503, "backend_unavailable",
-                           "no backend of model " .. model_name .. " is available")
-    end
-    ctx.model = model
-    ctx.consumer = consumer
-    observe.backend(backend)
-    doc = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
-    if not doc then
-        return errors.exit(500, "internal_error", "the request could not be masked")
-    end
-    fallback.arm(model)   -- before convert.prepare() rewrites the body
-    local path
-    path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
+-- Hand the request to `backend` of `pool` for model `model_name`: convert the body
+-- to the backend's protocol and set what proxy_pass reads. Shared by access and the
+-- fallback location. Returns nil; or status, type, message.
+local function forward(ctx, endpoint, doc, model_name, pool, backend)
+    local path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
     if not path then
-        return errors.exit(status, err_type, msg)
+        return status, err_type, msg
     end
     local args = ngx_var.args
     if args and args ~= "" then
@@ -176,7 +126,125 @@ function _M.access()
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. path
-    upstream_tls.forward(ctx, backend)   -- a backend of another trust set: ngx.exec
+    upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
+end
+
+-- The access steps of a public request, in order. Each returns what it computed, or
+-- a status and error; nothing here ends the request. Returns nil when the request
+-- goes to a backend; a status, type, message[, extra] to refuse it; or 200 and the
+-- content type and body of an answer made here (catalog, cache hit).
+local function admit(ctx)
+    local endpoint, path_model, err_type, msg, allow = endpoints.match()
+    if not endpoint then
+        local status = path_model   -- on failure: nil, status, type, message[, allow]
+        if status == 405 then
+            ngx_header["Allow"] = allow
+        end
+        return status, err_type, msg
+    end
+
+    local snap = config.get()
+    if not snap then
+        return 503, "backend_unavailable", "the gateway has no configuration yet",
+               { retry_after = 1 }
+    end
+
+    -- on success: consumer, attributes; on failure: nil, status, type, message
+    local consumer, status
+    consumer, status, err_type, msg = auth.authenticate(snap)
+    if not consumer then
+        return status, err_type, msg
+    end
+    -- what routing conditions test: the consumer's attributes, JWT claims over them
+    ctx.attributes = status
+    ctx.consumer = consumer
+
+    if endpoint.method == "GET" then
+        return catalog.serve(snap, consumer, path_model)
+    end
+
+    local model_name, doc
+    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model)
+    if not model_name then
+        return doc, err_type, msg
+    end
+
+    -- a model, or a route over models (sluice.routes picks one below)
+    if not snap.models[model_name] and not snap.routes[model_name] then
+        return 404, "not_found", "unknown model " .. model_name
+    end
+    ctx.model_name = model_name
+    if not auth.allowed(consumer, model_name) then
+        return 403, "forbidden", "this key may not use model " .. model_name
+    end
+
+    local extra
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
+                                                endpoint.caller == "openai")
+    if status then
+        return status, err_type, msg, extra
+    end
+    usage.count(ctx, endpoint, consumer, model_name)
+
+    local violated = content.check(snap, model_name, ctx.request_doc)
+    if violated then
+        observe.policy_refused(model_name, violated)
+        return 451, "policy_violation",
+               "the request was refused by content policy " .. violated
+    end
+
+    model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
+
+    local pool, model
+    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
+    if not pool then
+        return model, err_type, msg
+    end
+    ctx.model_name = model_name
+
+    local hit_type, hit = cache.lookup(ctx, endpoint, doc, model, consumer)
+    if hit_type then
+        return 200, hit_type, hit
+    end
+    status, err_type, msg, extra = admission.admit(snap, consumer, model_name, pool)
+    if status then
+        return status, err_type, msg, extra
+    end
+
+    local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        -- every backend loading: 503 "model loading"
+        status, err_type, msg, extra = health.refuse(pool, model_name)
+        if status then
+            return status, err_type, msg, extra
+        end
+        if retry_after then
+            return 503, "backend_unavailable", "every backend of model "
+                   .. model_name .. " has an open circuit",
+                   { retry_after = retry_after > 0 and retry_after or 1 }
+        end
+        return 503, "backend_unavailable",
+               "no backend of model " .. model_name .. " is available"
+    end
+    ctx.model = model
+    doc = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
+    if not doc then
+        return 500, "internal_error", "the request could not be masked"
+    end
+    fallback.arm(ctx, model)   -- before forward() rewrites the body
+    return forward(ctx, endpoint, doc, model_name, pool, backend)
+end
+
+function _M.access()
+    local ctx = ngx.ctx
+    context.stash(ctx)
+    request_id(ctx)
+    local status, err_type, msg, extra = admit(ctx)
+    if status == 200 then
+        return answer(err_type, msg)
+    elseif status then
+        return errors.exit(status, err_type, msg, extra)
+    end
 end
 
 function _M.balancer()
@@ -189,11 +257,11 @@ function _M.balancer()
 end
 
 function _M.header_filter()
-    local id = ngx_var.sluice_request_id
-    if id and id ~= "" then
+    local ctx = ngx.ctx
+    local id = ctx.request_id
+    if id then
         ngx_header["X-Request-Id"] = id
     end
-    local ctx = ngx.ctx
     policy.headers(ctx)
     convert.header_filter(ctx)
     cache.header_filter(ctx)
@@ -211,31 +279,47 @@ function _M.body_filter()
 end
 
 function _M.log()
-    local ctx = ngx.ctx
+    local ctx = context.finish()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
-    admission.release()
+    admission.release(ctx)
     usage.log(ctx)
-    observe.log()
-    local tried = ngx_var.sluice_tried
-    if tried and tried ~= "" then
-        local snap = config.get()
-        balancer.log(tried, ngx_var.upstream_status, ngx_var.upstream_response_time,
-                     snap and snap.breaker or breaker_defaults)
+    local times = ngx_var.upstream_response_time
+    observe.log(ctx, times)
+    local ids = ctx.tried_ids
+    if ids then
+        balancer.log(ids, ngx_var.upstream_status, times, ctx.breaker_cfg or breaker_defaults)
     end
 end
 
 -- @sluice_fallback: a model's fallback after its backend timed out.
 function _M.fallback()
-    fallback.access()
+    local ctx = context.restore()
+    local endpoint, doc, pool, backend = fallback.route(ctx)
+    if endpoint then
+        local status, _, msg = forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
+        if not status then
+            return fallback.sent(ctx)
+        end
+        doc = "cannot take this request: " .. msg
+    end
+    local status, err_type, msg
+    status, err_type, msg = fallback.give_up(ctx, doc)
+    return errors.exit(status, err_type, msg)
 end
 
 -- @sluice_tls_*: an https backend's own trust set (lua/sluice/upstream_tls.lua).
 function _M.tls_resume()
-    upstream_tls.resume()
+    context.resume()
+end
+
+-- /healthz and /readyz (lua/sluice/probes.lua), with a request id like any answer.
+function _M.probe(which)
+    request_id(ngx.ctx)
+    return probes[which]()
 end
 
 function _M.internal()
-    request_id()
+    request_id(ngx.ctx)
     return internal.handle()
 end
 
@@ -253,10 +337,13 @@ end
 -- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 and backend
 -- 5xx (proxy_intercept_errors) leave in the error template.
 function _M.error_page()
-    request_id()
+    local ctx = context.restore()
+    request_id(ctx)
     local status = ngx.status
-    fallback.try(status)   -- a 504 with a fallback model does not come back
-    policy.failed()
+    if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
+        return ngx_exec(fallback.LOCATION)
+    end
+    policy.failed(ctx)
     local err_type, msg
     -- no answer from an https backend: was it the handshake? (reads nginx's log;
     -- an answer first, so an older line about this connection cannot be taken)
@@ -265,7 +352,7 @@ function _M.error_page()
     if tls_failure then
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
-        upstream_tls.count_failure(ngx_var.sluice_model, ngx_var.sluice_backend)
+        upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
     elseif backend_answered() then
         if status < 500 then
             -- only 413 is intercepted below 500: the backend refused the body
@@ -288,11 +375,7 @@ function _M.error_page()
         ngx_log(ERR, "unexpected status ", status, " in error page")
         status = 500
     end
-    ngx.status = status
-    ngx_var.sluice_error_type = err_type or errors.type_for(status)
-    ngx_header["Content-Type"] = "application/json"
-    ngx_header["Content-Length"] = nil
-    ngx.print(errors.body(status, err_type, msg), "\n")
+    errors.send(status, err_type, msg)
 end
 
 return _M

@@ -9,7 +9,6 @@ local cjson = require("cjson.safe")
 local ngx = ngx
 local re_gsub = ngx.re.gsub
 local re_match = ngx.re.match
-local ngx_var = ngx.var
 local ngx_req = ngx.req
 local str_find = string.find
 local str_sub = string.sub
@@ -56,13 +55,13 @@ function _M.mask(s)
 end
 
 -- Access phase: keep the masked start of a (valid UTF-8) body for the log line.
-function _M.excerpt(body)
+function _M.excerpt(ctx, body)
     if excerpt_chars <= 0 then
         return
     end
     local m = re_match(body, "^.{0," .. excerpt_chars .. "}", "sjou")
     if m then
-        ngx_var.sluice_excerpt = _M.mask(m[0])
+        ctx.excerpt = _M.mask(m[0])
     end
 end
 

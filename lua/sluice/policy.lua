@@ -11,7 +11,6 @@ local tokens = require("sluice.tokens")
 local new_tab = require("table.new")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_arg = ngx.arg
 local ngx_header = ngx.header
 local ngx_log = ngx.log
@@ -29,24 +28,46 @@ local function refuse(msg, retry_after, model_name, lim, limit)
     return 429, "rate_limited", msg, { retry_after = retry_after }
 end
 
+-- The counter keys of consumer `cid` under limits `lim`, built once per snapshot
+-- version: `lim` is compiled with the snapshot, so the cache goes with it.
+local function keys_for(lim, cid)
+    local cache = lim.key_cache
+    if not cache then
+        cache = {}
+        lim.key_cache = cache
+    end
+    local k = cache[cid]
+    if not k then
+        k = {
+            slot = "c:" .. cid,
+            rate = "r:" .. cid .. lim.rate_scope,
+            daily = lim.daily and "qd:" .. cid .. lim.daily_scope .. ":",
+            monthly = lim.monthly and "qm:" .. cid .. lim.monthly_scope .. ":",
+            tokens = lim.tokens and "tm:" .. cid .. lim.tokens_scope .. ":",
+        }
+        cache[cid] = k
+    end
+    return k
+end
+
 -- The limits of this request for limits.take_all (fields: see limits.lua). A request
 -- already refused a concurrency slot takes the rate limit only: like the quotas'
 -- counters, it would only have to give them back.
-local function wanted(ctx, lim, cid, llm, slot_refused)
+local function wanted(ctx, lim, keys, llm, slot_refused)
     local req = new_tab(0, 16)
-    req.rate_key, req.rate, req.burst = "r:" .. cid .. lim.rate_scope, lim.rate, lim.burst
+    req.rate_key, req.rate, req.burst = keys.rate, lim.rate, lim.burst
     if slot_refused then
         return req
     end
     if lim.daily then
-        req.daily_prefix, req.daily = "qd:" .. cid .. lim.daily_scope .. ":", lim.daily
+        req.daily_prefix, req.daily = keys.daily, lim.daily
     end
     if lim.monthly then
-        req.monthly_prefix = "qm:" .. cid .. lim.monthly_scope .. ":"
+        req.monthly_prefix = keys.monthly
         req.monthly = lim.monthly
     end
     if lim.tokens and llm and ctx.request_doc then
-        req.tokens_prefix = "tm:" .. cid .. lim.tokens_scope .. ":"
+        req.tokens_prefix = keys.tokens
         req.tokens = lim.tokens
         req.reserve = tokens.reservation(ctx.request_len, ctx.request_doc)
     end
@@ -61,16 +82,15 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         return nil
     end
     local lim = plans.limits(plan, model_name)
-    local cid = consumer.key_id
+    local keys = keys_for(lim, consumer.key_id)
     ctx.slot = false   -- checked: ngx.ctx now knows whether a slot is held
 
     -- the slot first (it costs nothing), so that one take_all takes the rest
     local slot_refused = false
     if lim.concurrent then
-        local key = "c:" .. cid
+        local key = keys.slot
         local entered, err = limits.enter(key, lim.concurrent)
         if entered then
-            ngx_var.sluice_concurrency = key   -- what the error page gives back
             ctx.slot = key
         elseif entered == nil then
             ngx_log(ERR, "concurrency limit unavailable: ", err)
@@ -79,7 +99,7 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         end
     end
 
-    local req = wanted(ctx, lim, cid, llm, slot_refused)
+    local req = wanted(ctx, lim, keys, llm, slot_refused)
     local refused, retry_after = limits.take_all(req)
     if req.remaining then
         ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, req.remaining, req.reset
@@ -88,7 +108,6 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         local key = ctx.slot
         if key then     -- taken above, not needed after all
             ctx.slot = false
-            ngx_var.sluice_concurrency = ""
             limits.leave(key)
         end
         return refuse("rate limit of plan " .. lim.name .. " exceeded ("
@@ -125,20 +144,11 @@ end
 
 -- The concurrency slot goes back as soon as the answer ends (before the caller has
 -- its last byte, so its next request finds the slot free), else in the log phase.
--- ngx.ctx says what is held (no variable access) unless an error_page redirect
--- emptied it; then the variable does.
 local function release_slot(ctx)
-    local key = ctx and ctx.slot
+    local key = ctx.slot
     if key then
         ctx.slot = false
         return limits.leave(key)
-    elseif key == false then
-        return
-    end
-    key = ngx_var.sluice_concurrency
-    if key and key ~= "" then
-        ngx_var.sluice_concurrency = ""
-        limits.leave(key)
     end
 end
 
@@ -153,9 +163,9 @@ function _M.body_filter(ctx)
 end
 
 -- error page: the request failed; give the slot and reserved tokens back now.
-function _M.failed()
-    release_slot(nil)
-    tokens.refund()
+function _M.failed(ctx)
+    release_slot(ctx)
+    tokens.refund(ctx)
 end
 
 -- log: whatever is still held.

@@ -13,7 +13,7 @@ local _M = {}
 
 -- The request body as a JSON object: returns the raw body and its decoded table,
 -- or nil, status, type, message.
-local function json_body()
+local function json_body(ctx)
     ngx_req.read_body()
     local body = ngx_req.get_body_data()
     if not body then
@@ -28,7 +28,7 @@ local function json_body()
     if err then
         return nil, 400, "invalid_request", "request body is not valid UTF-8"
     end
-    pii.excerpt(body)
+    pii.excerpt(ctx, body)
     if not re_find(body, [[^\s*\{]], "jo") then
         return nil, 400, "invalid_request", "request body must be a JSON object"
     end
@@ -41,13 +41,12 @@ end
 
 -- The model a request names and the decoded body. Returns model name, body; or nil,
 -- status, type, message.
-function _M.model_name(endpoint, path_model)
-    local body, doc, err_type, msg = json_body()
+function _M.model_name(ctx, endpoint, path_model)
+    local body, doc, err_type, msg = json_body(ctx)
     if not body then
         return nil, doc, err_type, msg
     end
     -- kept for later steps (token reservation) so the body is decoded once
-    local ctx = ngx.ctx
     ctx.request_doc, ctx.request_len = doc, #body
     if endpoint.model_in_path then
         return path_model, doc

@@ -23,7 +23,6 @@ local cjson = require("cjson.safe")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_req = ngx.req
 local re_gsub = ngx.re.gsub
 local re_sub = ngx.re.sub
@@ -236,7 +235,7 @@ function _M.choose(ctx, snap, endpoint, model_name, consumer)
         return model_name
     end
     local target = _M.pick(route, ctx.attributes or consumer.attributes, consumer)
-    ngx_var.sluice_route = route.name
+    ctx.route = route.name
     ctx.route_version = target
     metrics.inc("sluice_route_requests_total", 1, route.name, target)
     if target ~= model_name and not endpoint.model_in_path then

@@ -13,16 +13,17 @@
 -- So a burst of long requests cannot overrun the quota: each one holds its worst case
 -- until the backend says what it really used. Bytes / 4 overestimates tokens for
 -- most text; it only has to be an upper bound until reconciliation.
--- The reservation rides in nginx variables: ngx.ctx does not survive error_page.
+-- The reservation rides in the request's context, which survives error_page
+-- (sluice/context.lua).
 local cjson = require("cjson.safe")
 local limits = require("sluice.limits")
+local scan = require("sluice.scan")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_arg = ngx.arg
 local str_find = string.find
 local str_sub = string.sub
-local gmatch = string.gmatch
 local concat = table.concat
 local tonumber = tonumber
 local type = type
@@ -55,8 +56,6 @@ end
 -- Access phase, once admitted: the request holds `reserve` tokens on counter `key`
 -- until settled.
 function _M.hold(ctx, key, reserve)
-    ngx_var.sluice_token_key = key
-    ngx_var.sluice_token_reserved = reserve
     ctx.token_key, ctx.token_reserved = key, reserve
     ctx.usage_scan = true
 end
@@ -74,56 +73,24 @@ local function take_usage(ctx, usage)
         total = p + c
     end
     ctx.usage_total = total
-    ngx_var.sluice_prompt_tokens = type(p) == "number" and p or ""
-    ngx_var.sluice_completion_tokens = type(c) == "number" and c or ""
+    ctx.prompt_tokens = type(p) == "number" and p or nil
+    ctx.completion_tokens = type(c) == "number" and c or nil
 end
 
 -- Settle the reservation at `used` tokens, once. Called as soon as the outcome is
 -- known (end of the answer, error page), before the caller has the last byte, so a
 -- caller's next request already sees the settled counter; the log phase catches
 -- what is left.
---
--- ngx.ctx holds the reservation on the normal path (no variable access); after an
--- error_page redirect ngx.ctx is empty and the variables hold it.
 local function settle(ctx, used)
-    local key = ctx and ctx.token_key
-    local reserved
-    if key then
-        reserved = ctx.token_reserved
-        ctx.token_key = false
-    elseif key == false then
-        return      -- settled earlier in this request
-    else
-        key = ngx_var.sluice_token_key
-        if not key or key == "" then
-            return
-        end
-        ngx_var.sluice_token_key = ""
-        reserved = tonumber(ngx_var.sluice_token_reserved) or 0
+    local key = ctx.token_key
+    if not key then
+        return      -- none held, or settled earlier in this request
     end
+    local reserved = ctx.token_reserved
+    ctx.token_key = false
     if used ~= reserved then
         limits.add(key, used - reserved)
     end
-end
-
--- The usage object's numbers without decoding the whole answer: the text from
--- `"usage":{` to the first "}" (OpenAI and vLLM put the three counts before any
--- nested *_details object). Anything else falls back to a full decode.
-local function scan_usage(body, at)
-    local _, open_end = str_find(body, '^"usage"%s*:%s*{', at)
-    local close = open_end and str_find(body, "}", open_end + 1, true)
-    if not close then
-        return nil
-    end
-    local seg = str_sub(body, open_end + 1, close - 1)
-    local usage = {}
-    for k, v in gmatch(seg, '"([a-z_]+_tokens)"%s*:%s*(%d+)') do
-        usage[k] = tonumber(v)
-    end
-    if usage.total_tokens or (usage.prompt_tokens and usage.completion_tokens) then
-        return usage
-    end
-    return nil
 end
 
 local function take_body(ctx, body)
@@ -134,7 +101,8 @@ local function take_body(ctx, body)
     if not at then
         return
     end
-    local usage = scan_usage(body, at)
+    -- the usage object's numbers without decoding the whole answer, else a decode
+    local usage = scan.usage(body, at)
     if usage then
         return take_usage(ctx, usage)
     end
@@ -232,28 +200,21 @@ function _M.body_filter(ctx)
 end
 
 -- error page: the request failed, nothing was generated.
-function _M.refund()
-    settle(nil, 0)
+function _M.refund(ctx)
+    settle(ctx, 0)
 end
 
--- log: settle what is still open. `ctx` may be empty after an error_page redirect.
+-- log: settle what is still open.
 function _M.reconcile(ctx)
-    local key = ctx.token_key
-    if key == false then
+    if not ctx.token_key then
         return
-    end
-    if not key then
-        key = ngx_var.sluice_token_key
-        if not key or key == "" then
-            return
-        end
     end
     local used = ctx.usage_total
     if not used then
         if ngx.status >= 400 or not ctx.usage_scan then
             used = 0      -- refused, failed or never forwarded: nothing was generated
         else
-            used = ctx.token_reserved or tonumber(ngx_var.sluice_token_reserved) or 0
+            used = ctx.token_reserved
         end
     end
     settle(ctx, used)

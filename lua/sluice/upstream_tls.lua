@@ -13,12 +13,11 @@
 --   and each with "_mtls": the same trust presenting the backend's client pair
 --   (nginx 1.22 refuses an empty data: certificate, so it cannot be the default)
 --
--- A backend of another trust set is reached by ngx.exec from the access phase; the
--- request's ngx.ctx travels along through a worker-local stash (ngx.exec clears it)
--- keyed by the request. Plain and TLS connections never share a keep-alive pool:
+-- A backend of another trust set is reached by ngx.exec from the access phase;
+-- the request's context crosses it through $sluice_ctx_ref (sluice.context).
+-- Plain and TLS connections never share a keep-alive pool:
 -- https backends go through their own upstream block (sluice_backend_tls).
 local metrics = require("sluice.metrics")
-local base = require("resty.core.base")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -26,8 +25,6 @@ local ngx_exec = ngx.exec
 local ngx_log = ngx.log
 local ngx_md5 = ngx.md5
 local WARN = ngx.WARN
-local ERR = ngx.ERR
-local get_request = base.get_request
 local io_open = io.open
 local ngx_worker_pid = ngx.worker.pid
 local str_find = string.find
@@ -51,9 +48,6 @@ metrics.register("sluice_backend_tls_failures_total", "counter",
 
 -- trust ids this nginx has a location for ("system" and "noverify" always)
 local loaded = { system = true, noverify = true }
--- worker-local: ngx.ctx of requests between ngx.exec and their TLS location
-local stash = {}
-
 -- init phase (and on every reload): which CA locations the rendered config has.
 function _M.init()
     local f = io_open(ngx.config.prefix() .. TRUST_INDEX, "rb")
@@ -108,7 +102,7 @@ end
 
 -- Access phase (after the upstream variables): TLS variables of backend `b`, and
 -- on to its trust location when that is not this one. Sets ngx.var, may not return.
-function _M.forward(ctx, b)
+function _M.forward(b)
     local t = b.tls
     if not t then
         ngx_var.sluice_upstream_base = PLAIN
@@ -121,21 +115,9 @@ function _M.forward(ctx, b)
         ngx_var.sluice_tls_key = t.key
     end
     if t.location then
-        stash[tostring(get_request())] = ctx
+        -- the context is already in the registry (context.stash, first in access)
         return ngx_exec(t.location)
     end
-end
-
--- Rewrite phase of a TLS location: the request's ngx.ctx back (sets ngx.ctx).
-function _M.resume()
-    local key = tostring(get_request())
-    local ctx = stash[key]
-    stash[key] = nil
-    if not ctx then
-        ngx_log(ERR, "TLS location reached without a stashed request context")
-        return ngx.exit(500)
-    end
-    ngx.ctx = ctx
 end
 
 -- Error page: why the TLS handshake with the last https backend failed, or nil

@@ -18,7 +18,6 @@ local plans = require("sluice.plans")
 local limits = require("sluice.limits")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local ngx_time = ngx.time
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -124,8 +123,8 @@ function _M.log(ctx)
     if not total then
         return
     end
-    local p = tonumber(ngx_var.sluice_prompt_tokens)
-    local c = tonumber(ngx_var.sluice_completion_tokens)
+    local p = ctx.prompt_tokens
+    local c = ctx.completion_tokens
     if p then dict:incr(k.p, p, 0, ttl) end
     if c then dict:incr(k.c, c, 0, ttl) end
     dict:incr(k.t, total, 0, ttl)

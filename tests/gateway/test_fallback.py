@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 from gateway_readings import access_lines
+from waiting import eventually
 
 from control_plane.runtime import procs
 
@@ -212,3 +213,17 @@ def test_snapshot_refuses_a_model_falling_back_to_itself(gateway, helpers, backe
     r = gateway.push(snap)
     err = helpers.assert_error(r, 400, "invalid_request")
     assert "fallback_model" in err["message"]
+
+
+def test_fallback_frees_the_request_context(gw, helpers):
+    # error_page -> ngx.exec(@sluice_fallback) -> log: one context, restored twice
+    r = helpers.chat(gw, model="precise")
+    assert r.status_code == 200 and r.headers["X-Sluice-Fallback"] == "fast"
+
+    def held():
+        text = requests.get(gw.internal_url + "/metrics", timeout=5,
+                            headers={"Authorization": f"Bearer {gw.cfg.token}"}).text
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("sluice_request_contexts{")]
+        return len(values) == gw.cfg.workers and all(v == 0 for v in values)
+    eventually(held, timeout=10)

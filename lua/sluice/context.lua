@@ -1,0 +1,158 @@
+-- The per-request context: ngx.ctx of a public-listener request, and the one place
+-- that says what it carries. Each field has one writer (the owner below); every
+-- other module only reads it. docs/contracts.md ("Per-request context") has the
+-- same table.
+--
+-- ngx.ctx does not survive an internal redirect (error_page, ngx.exec). Like Kong,
+-- the access phase stashes the table in a worker-local registry under a number kept
+-- in ONE nginx variable, $sluice_ctx_ref; the redirected location (error page,
+-- fallback) and the log phase put the same table back, and the log phase frees the
+-- entry. A registry entry lives from access to log of one request; the worker that
+-- stashed it is the worker that restores it (a request never changes worker).
+--
+--  field              owner         what
+--  ---------------------------------------------------------------------------------
+--  ref                context       registry number of this table ($sluice_ctx_ref)
+--  request_id         phases        X-Request-Id kept or made (also $sluice_request_id,
+--                                   which proxy_set_header and the log line read)
+--  attributes         phases        what routing conditions test (auth's consumer
+--                                   attributes, JWT claims over them)
+--  consumer           phases        the authenticated consumer (snapshot table)
+--  model_name         phases        the model asked for, then the one a route chose
+--                                   (the metrics' and the log line's "model")
+--  model              phases        the chosen model (snapshot table); fallback: its
+--                                   fallback model
+--  request_doc        router        decoded request body (fallback: the re-encoded one)
+--  request_len        router        its length in bytes
+--  excerpt            pii           PII-masked start of the body, when enabled
+--  slot               policy        concurrency key held (false: none / given back)
+--  rl_limit, rl_remaining, rl_reset   policy   X-RateLimit-* of a limited consumer
+--  token_key          tokens        token reservation counter (false: settled)
+--  token_reserved     tokens        tokens reserved
+--  usage_total        tokens        total tokens the answer reported
+--  prompt_tokens, completion_tokens  tokens   what the answer reported (log line)
+--  usage_*            tokens        body-filter scan state (sse, len, n, bytes, parts,
+--                                   carry, done)
+--  usage_scan         usage/tokens/fallback   scan the answer for `usage`
+--  usage_keys         usage         this request's usage counter keys
+--  route              routes        the route that chose model_name, if any
+--  route_version      routes        the version (model) it chose
+--  pool               balancer      pool of the chosen backend
+--  backend_index      balancer      index of the backend in pool.backends
+--  breaker_cfg        balancer      the snapshot's breaker settings
+--  tried, tries       balancer      indexes tried in this pass, their count
+--  tried_ids          balancer      backend ids tried, every pass ("3,7" for the log)
+--  inflight           admission     backend id whose in-flight count this holds
+--  cache, cache_status  cache       response-cache state of this pass; the log's "cache"
+--  conv               convert       protocol conversion state of this pass
+--  fallback_to        fallback      the fallback model armed
+--  fallback_body      fallback      the caller's body as it came (for the fallback)
+--  fallback           fallback      the fallback taken
+--  error_type         errors        the error template's type (log line)
+--
+-- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
+-- restored context starts a new pass without them (restore() clears them).
+local metrics = require("sluice.metrics")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local tonumber = tonumber
+local pairs = pairs
+local tostring = tostring
+
+local GAUGE_EVERY = 1   -- seconds between updates of the held-contexts gauge
+
+local _M = {}
+
+metrics.register("sluice_request_contexts", "gauge",
+                 "Request contexts held in a worker's registry: requests between their "
+                 .. "access and log phases (a number that only grows is a leak).",
+                 { "worker" })
+
+local registry = {}   -- ref -> ctx, per worker
+local last_ref = 0
+
+-- Access phase, first thing: make this request's context findable after a redirect
+-- (sets ctx.ref and $sluice_ctx_ref).
+function _M.stash(ctx)
+    if ctx.ref then
+        return
+    end
+    local ref = last_ref + 1
+    last_ref = ref
+    registry[ref] = ctx
+    ctx.ref = ref
+    ngx_var.sluice_ctx_ref = ref
+end
+
+-- After an internal redirect (error page, fallback location): the request's context,
+-- put back into ngx.ctx, without the per-pass fields. A request redirected before
+-- access (nginx's own 413, 494) has none: its fresh ngx.ctx is returned.
+function _M.restore()
+    local ctx = ngx.ctx
+    if ctx.ref then
+        return ctx
+    end
+    local ref = tonumber(ngx_var.sluice_ctx_ref)
+    local saved = ref and registry[ref]
+    if not saved then
+        return ctx
+    end
+    saved.conv, saved.cache, saved.tried, saved.tries = nil, nil, nil, nil
+    ngx.ctx = saved
+    return saved
+end
+
+-- After ngx.exec to an https backend's trust location (lua/sluice/upstream_tls.lua):
+-- the same pass goes on, so the context comes back whole (sets ngx.ctx).
+function _M.resume()
+    local ref = tonumber(ngx_var.sluice_ctx_ref)
+    local saved = ref and registry[ref]
+    if not saved then
+        ngx_log(ERR, "TLS location reached without a request context")
+        return ngx.exit(500)
+    end
+    ngx.ctx = saved
+    return saved
+end
+
+-- Log phase: the request's context (restored if a redirect emptied ngx.ctx), and its
+-- registry entry freed.
+function _M.finish()
+    local ctx = ngx.ctx
+    local ref = ctx.ref
+    if not ref then
+        ref = tonumber(ngx_var.sluice_ctx_ref)
+        local saved = ref and registry[ref]
+        if not saved then
+            return ctx
+        end
+        ctx = saved
+    end
+    registry[ref] = nil
+    return ctx
+end
+
+-- Entries held: requests of this worker between access and log; 0 when idle.
+function _M.held()
+    local n = 0
+    for _ in pairs(registry) do
+        n = n + 1
+    end
+    return n
+end
+
+-- init_worker: publish held() as a gauge, labelled with the worker id.
+function _M.init_worker()
+    local worker = tostring(ngx.worker.id() or 0)
+    local ok, err = ngx.timer.every(GAUGE_EVERY, function()
+        metrics.set("sluice_request_contexts", _M.held(), worker)
+    end)
+    if not ok then
+        ngx_log(ERR, "context: no gauge timer: ", err)
+    end
+end
+
+return _M
