@@ -21,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# every Markdown file of the project (the SDKs', bench's, deploy's READMEs too): links
+_NOT_OURS = {".venv", "node_modules", ".git", "var", ".pytest_cache", "artifacts", ".hypothesis"}
+MARKDOWN = sorted(p for p in REPO.rglob("*.md") if not _NOT_OURS & set(p.relative_to(REPO).parts))
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*(.*)$")
 ELLIPSIS = "…"
 

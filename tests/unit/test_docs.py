@@ -12,12 +12,12 @@ from urllib.parse import unquote
 import pytest
 
 from control_plane import reference_docs, settings
-from docs_tools import DOCUMENTS, REPO, anchors, blocks, examples, links
+from docs_tools import DOCUMENTS, MARKDOWN, REPO, anchors, blocks, examples, links
 
 GUIDES = [p for p in DOCUMENTS if p.parent.name == "docs"]
 
 
-@pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", MARKDOWN, ids=lambda p: str(p.relative_to(REPO)))
 def test_links_resolve(doc):
     broken = []
     for line, target in links(doc):
