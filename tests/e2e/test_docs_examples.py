@@ -63,8 +63,16 @@ def run(block, env) -> subprocess.CompletedProcess:
                           timeout=TIMEOUT)
 
 
+def untracked() -> set[str]:
+    """Files in the checkout that git neither tracks nor ignores."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return {line[3:] for line in out.splitlines() if line.startswith("??")}
+
+
 @pytest.mark.parametrize("doc", RUNNABLE, ids=lambda p: p.name)
 def test_examples_run(up, doc):
+    before = untracked()
     for block, shown in examples(doc):
         done = run(block, up)
         said = f"{block.where} exited {done.returncode}\n--- stdout\n{done.stdout[-2000:]}" \
@@ -76,3 +84,5 @@ def test_examples_run(up, doc):
                 "\n".join(problems) + "\n" + said
         elif '"error": {' in done.stdout or '{"error":{' in done.stdout:
             pytest.fail(f"{block.where} printed an error and shows no output:\n{said}")
+    left = untracked() - before
+    assert not left, f"the examples of {doc.name} left files in the reader's checkout: {left}"
