@@ -153,3 +153,12 @@ def test_an_output_unlike_the_guide_is_caught(tmp_path):
     assert shape_problems(json_shown, "not json")
     assert shape_problems(text_shown, "HTTP/1.1 200 OK\nX-Cache: HIT\n") == []
     assert shape_problems(text_shown, "X-Cache: HIT\nHTTP/1.1 200 OK\n")      # out of order
+
+
+def test_every_guide_has_a_picture():
+    generated = {"configuration.md", "admin-api.md"}
+    for guide in GUIDES:
+        if guide.name in generated or guide.name in ("contracts.md", "agent.md"):
+            continue
+        pictures = [b for b in blocks(guide) if not b.info and any(c in b.text for c in "─►▼│")]
+        assert pictures, f"{guide.name} has no picture (an ASCII diagram in a plain fenced block)"
