@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Response, jsonify
 
-from control_plane.api import observability, telemetry, usage
+from control_plane.api import jobs_admin, observability, telemetry, usage
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
 from control_plane.api.views import API_PREFIX, OPENAPI_PATH, RESOURCES, CrudResource, bp
@@ -233,6 +233,22 @@ def _other_paths() -> dict[str, Any]:
                            _query(usage.USAGE_PARAMS), 422),
         p + "/consumers/{id}/usage": {"parameters": [_ID_PARAM], **_get(
             "usage", "consumer_usage", _OBJECT, [], 404, 422)},
+        p + "/consumers/{id}/webhook-secret": {"parameters": [_ID_PARAM], "post": {
+            "tags": ["jobs"], "operationId": "set_webhook_secret",
+            "summary": "a new webhook signing secret for the consumer, shown this once",
+            "responses": _responses(201, _object(consumer_id={"type": "integer"},
+                                                 secret={"type": "string"}), 404, 422)}},
+        p + "/jobs": _get("jobs", "list_jobs", _object(items=_OBJECTS),
+                          _query(jobs_admin.JOB_PARAMS), 422,
+                          summary="recent async jobs, newest first"),
+        p + "/webhook-deliveries": _get("jobs", "list_webhook_deliveries",
+                                        _object(items=_OBJECTS),
+                                        _query(jobs_admin.DELIVERY_PARAMS), 422,
+                                        summary="webhook deliveries, newest first"),
+        p + "/webhook-deliveries/{id}/resend": {"parameters": [_ID_PARAM], "post": {
+            "tags": ["jobs"], "operationId": "resend_webhook_delivery",
+            "summary": "deliver that delivery's job again (a new delivery)",
+            "responses": _responses(201, _OBJECT, 404, 422)}},
         OPENAPI_PATH: {"get": {"tags": ["meta"], "operationId": "openapi",
                                "summary": "this document (no token needed)",
                                "security": [],

@@ -87,6 +87,9 @@ class GatewayConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     plain: bool = True
+    # Async jobs, files and batches: the jobs service (`sluice api`) this gateway
+    # hands them to (lua/sluice/jobs.lua); None: such requests get 503.
+    jobs_url: str | None = None
 
 
 def _is_root() -> bool:
@@ -175,6 +178,20 @@ def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
     return "\n        ".join(lines), certificate
 
 
+_JOBS_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$")
+
+
+def _jobs_proxy(url: str | None) -> str:
+    """The jobs location's proxy_pass (scheme, host and port only: the URI passes
+    as it is), or a 503 when no jobs service is configured."""
+    if not url:
+        return "return 503;   # no jobs service configured (SLUICE_JOBS_URL)"
+    url = url.rstrip("/")
+    if not _JOBS_URL_RE.match(url):
+        raise ValueError("jobs_url must be http(s)://host[:port], without a path")
+    return f"proxy_pass {url};"
+
+
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
     if not _TOKEN_RE.match(cfg.token):
@@ -208,6 +225,7 @@ def render(cfg: GatewayConfig) -> str:
         "redis": redis,
         "resolver_directive": resolver,
         "system_ca_file": SYSTEM_CA_FILE,
+        "jobs_proxy": _jobs_proxy(cfg.jobs_url),
     }
 
     def fill(m: re.Match) -> str:

@@ -20,6 +20,7 @@ local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
@@ -37,6 +38,7 @@ local _M = {}
 
 function _M.init(opts)
     internal.init(opts.token)
+    jobs.init(opts.token)   -- the worker token of jobs run on a consumer's behalf
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
@@ -89,13 +91,14 @@ function _M.access()
 
     -- on success: consumer, attributes; on failure: nil, status, type, message
     local consumer, status
-    consumer, status, err_type, msg = auth.authenticate(snap)
+    consumer, status, err_type, msg = jobs.authenticate(snap)   -- auth.authenticate, or a job's worker
     if not consumer then
         return errors.exit(status, err_type, msg)
     end
     -- what routing conditions test: the consumer's attributes, JWT claims over them
     ctx.attributes = status
     observe.consumer(consumer)
+    if endpoint.jobs then return jobs.serve(snap, consumer) end   -- /v1/jobs, /v1/files, /v1/batches
 
     if endpoint.method == "GET" then
         return catalog.serve(snap, consumer, path_model)
@@ -115,6 +118,7 @@ function _M.access()
     if not auth.allowed(consumer, model_name) then
         return errors.exit(403, "forbidden", "this key may not use model " .. model_name)
     end
+    if jobs.wanted() then return jobs.submit(snap, consumer, model_name) end   -- Prefer: respond-async
 
     local extra
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
