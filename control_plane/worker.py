@@ -39,9 +39,10 @@ log = logging.getLogger("sluice.worker")
 T = TypeVar("T")
 
 RETRY_STATUSES = (429, 503)
+# a 429/503 asking to wait longer than this (a daily quota) fails the job now
+RETRY_AFTER_MAX_S = 60.0
 RECONNECT_S = 1.0
 DB_RETRY_S = 0.5
-LEASE_MARGIN_S = 5.0
 
 
 def _now() -> datetime:
@@ -129,7 +130,10 @@ class Worker:
                    "X-Sluice-Job-Id": job.id,
                    "X-Sluice-Priority": job.priority,
                    "X-Request-Id": job.id}
-        timeout = max(1.0, self.settings.job_lease_s - LEASE_MARGIN_S)
+        # the gateway's answer must come within the lease, or another worker may take
+        # the job over while this one still waits
+        lease = self.settings.job_lease_s
+        timeout = max(1.0, lease - min(5.0, lease * 0.2))
         waited = (_now() - job.created_at).total_seconds()
         may_wait = waited < self.settings.job_wait_max_s
         try:
@@ -145,8 +149,8 @@ class Worker:
                     "error": {"code": 502, "type": "backend_error",
                               "message": f"the gateway did not answer ({type(exc).__name__})"}}
         ctype = r.headers.get("Content-Type")
-        if r.status_code in RETRY_STATUSES and may_wait:
-            retry = _retry_after(r)
+        retry = _retry_after(r)
+        if r.status_code in RETRY_STATUSES and may_wait and retry <= RETRY_AFTER_MAX_S:
             log.info("job %s: model %s has no room (%d); retrying in %.1f s", job.id,
                      job.model, r.status_code, retry)
             self._back(job, retry)
@@ -215,7 +219,7 @@ class Worker:
 
 def _retry_after(r: requests.Response) -> float:
     try:
-        return min(30.0, max(0.1, float(r.headers.get("Retry-After", "1"))))
+        return max(0.1, float(r.headers.get("Retry-After", "1")))
     except ValueError:
         return 1.0
 

@@ -216,6 +216,9 @@ def jobs_stack(db_url, amqp_url):
         s.wait_served()
         s.keys = keys
         yield s
+        # a Lua runtime error is a bug even when every answer looked right
+        log = s.gateway.error_log.read_text(errors="replace")
+        assert "runtime error" not in log and "[alert]" not in log, log[-3000:]
     finally:
         s.teardown()
         shutil.rmtree(top, ignore_errors=True)
