@@ -222,3 +222,16 @@ def jobs_stack(db_url, amqp_url):
     finally:
         s.teardown()
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def bare_stack(db_url):
+    """A Stack with nothing started: the test starts what it needs (crash tests)."""
+    top = Path(tempfile.mkdtemp(prefix="sluice-jobs-crash-"))
+    top.chmod(0o755)
+    s = Stack(top, db_url)
+    try:
+        yield s
+    finally:
+        s.teardown()
+        shutil.rmtree(top, ignore_errors=True)
