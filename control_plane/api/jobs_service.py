@@ -19,7 +19,7 @@ import threading
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from control_plane.api.errors import ApiError
+from control_plane.api.errors import ApiError, error_response
 from control_plane.api.views import db, json_body
 from control_plane.job_queue import Publisher
 from control_plane.services import batches, jobs
@@ -53,6 +53,14 @@ def _from_a_gateway() -> None:
         raise ApiError(403, "the jobs service answers gateways only")
 
 
+@bp.errorhandler(Invalid)
+def _invalid(exc: Invalid) -> Response:
+    """A request the caller can fix: the gateway's 400 (not the admin API's 422),
+    naming each field or header and why."""
+    why = "; ".join(f"{k} {v}" for k, v in exc.fields.items())
+    return error_response(400, f"{exc}: {why}", exc.fields)
+
+
 def _consumer() -> int:
     raw = request.headers.get("X-Sluice-Consumer-Id", "")
     if not raw.isdigit():
@@ -70,17 +78,12 @@ def submit(endpoint: str) -> tuple[Response, int, dict]:
         raise ApiError(503, "async jobs are not enabled on this deployment (no broker: "
                             "SLUICE_AMQP_URL)")
     body = request.get_data(cache=False)
-    try:
-        job = jobs.submit(db(), publisher(), jobs.Submission(
-            consumer_id=_consumer(), priority=_priority(), path="/" + endpoint,
-            model=request.headers.get("X-Sluice-Model") or None,
-            content_type=request.headers.get("Content-Type"), body=body,
-            callback_url=request.headers.get("X-Sluice-Callback-Url") or None),
-            allow_private=_settings().webhook_allow_private)
-    except Invalid as exc:
-        # a request the caller can fix: the gateway's 400, naming the header
-        why = "; ".join(f"{k} {v}" for k, v in exc.fields.items())
-        raise ApiError(400, f"{exc}: {why}", exc.fields) from None
+    job = jobs.submit(db(), publisher(), jobs.Submission(
+        consumer_id=_consumer(), priority=_priority(), path="/" + endpoint,
+        model=request.headers.get("X-Sluice-Model") or None,
+        content_type=request.headers.get("Content-Type"), body=body,
+        callback_url=request.headers.get("X-Sluice-Callback-Url") or None),
+        allow_private=_settings().webhook_allow_private)
     return jsonify(jobs.render(job)), 202, {"Location": f"/v1/jobs/{job.id}",
                                              "Preference-Applied": "respond-async"}
 
