@@ -3,7 +3,9 @@ the job in PostgreSQL and RabbitMQ, `sluice worker` sending it back through the
 gateway, the result by GET /v1/jobs/{id} and by a signed webhook to a real receiver."""
 from __future__ import annotations
 
+import pytest
 import requests
+from sluice_client import APIStatusError, NotFoundError, Sluice, verify_signature
 
 from jobs_harness import job, start_worker, submit, verify
 from waiting import eventually
@@ -187,3 +189,26 @@ def test_webhook_retries_until_the_receiver_takes_it_and_can_be_resent(jobs_stac
     eventually(lambda: len(receiver.calls) == before + 1, timeout=20)
     _, headers, raw = receiver.calls[-1]
     assert verify(secret, headers["X-Sluice-Signature"], raw)
+
+
+def test_python_sdk_submit_wait_and_verify(jobs_stack, receiver):
+    stack = jobs_stack
+    consumer, key = stack.keys["alice"]
+    secret = _secret(stack, consumer["id"])
+    with Sluice(stack.gateway.url, key) as client:
+        submitted = client.submit("chat-demo", [{"role": "user", "content": "sdk"}],
+                                  callback_url=receiver.url)
+        assert submitted["status"] == "queued"
+        done = client.wait(submitted, timeout=30)
+        assert done["status"] == "succeeded"
+        assert done["result"]["body"]["choices"][0]["message"]["content"]
+        with pytest.raises(NotFoundError):
+            client.job("job_0000")
+        # a queued job can be cancelled; an ended one cannot
+        with pytest.raises(APIStatusError) as exc:
+            client.cancel(done["id"])
+        assert exc.value.code == 409
+    eventually(lambda: receiver.calls, timeout=20)
+    _, headers, raw = receiver.calls[0]
+    assert verify_signature(secret, headers["X-Sluice-Signature"], raw)
+    assert not verify_signature(secret, headers["X-Sluice-Signature"], raw + b"x")
