@@ -16,10 +16,13 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import pika
 
 from control_plane.runtime import procs
 
@@ -42,6 +45,7 @@ class Broker:
     workdir: Path
     port: int = 0
     dist_port: int = 0
+    epmd_port: int = 0
     password: str = ""
     proc: subprocess.Popen | None = None
 
@@ -60,12 +64,14 @@ class Broker:
             saved = json.loads(self._state.read_text())
             self.port = self.port or saved["port"]
             self.dist_port = self.dist_port or saved["dist_port"]
+            self.epmd_port = self.epmd_port or saved.get("epmd_port", 0)
             self.password = self.password or saved["password"]
-        if not self.port or not self.dist_port:
-            self.port, self.dist_port = procs.free_ports(2)
+        if not self.port or not self.dist_port or not self.epmd_port:
+            self.port, self.dist_port, self.epmd_port = procs.free_ports(3)
         self.password = self.password or secrets.token_urlsafe(18)
         self._state.touch(mode=0o600)
         self._state.write_text(json.dumps({"port": self.port, "dist_port": self.dist_port,
+                                           "epmd_port": self.epmd_port,
                                            "password": self.password}))
         home = self.workdir / "home"
         home.mkdir(exist_ok=True)
@@ -95,11 +101,24 @@ class Broker:
                     RABBITMQ_ADVANCED_CONFIG_FILE=str(w / "advanced.config"),
                     RABBITMQ_CONF_ENV_FILE=str(w / "rabbitmq-env.conf"),
                     RABBITMQ_USE_LONGNAME="false",
-                    # the node's own epmd would be shared: give it a port of ours
-                    ERL_EPMD_PORT=str(self.dist_port + 1 if self.dist_port < 65535 else 4369))
+                    # the machine's epmd (4369) would be shared: an epmd of our own
+                    ERL_EPMD_PORT=str(self.epmd_port))
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the node; return once AMQP answers."""
+        """Start the node; return once AMQP answers. A first start whose ports were
+        taken meanwhile (free ports are only free when chosen) tries fresh ones once."""
+        fresh = not self._state.exists()
+        try:
+            self._start(timeout)
+        except RuntimeError:
+            if not fresh:
+                raise
+            self.stop()
+            self._state.unlink(missing_ok=True)
+            self.port = self.dist_port = self.epmd_port = 0
+            self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
         self.kill()
         self._prepare()
         self.proc = procs.spawn([binary()], log=self.workdir / "broker.out", env=self.env())
@@ -116,8 +135,11 @@ class Broker:
                            f"{timeout:g} s: {self.log_tail()}")
 
     def _amqp_ready(self) -> bool:
-        import pika   # the broker's client; imported here so `sluice up` without jobs runs
-
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
         try:
             conn = pika.BlockingConnection(pika.URLParameters(
                 self.url + "?connection_attempts=1&socket_timeout=1"))
@@ -146,7 +168,7 @@ class Broker:
             self.proc = None
 
     def _epmd_pids(self) -> list[int]:
-        if not self.dist_port:
+        if not self.epmd_port:
             return []
         mine = f"ERL_EPMD_PORT={self.env()['ERL_EPMD_PORT']}".encode()
         home = f"HOME={self.workdir / 'home'}".encode()

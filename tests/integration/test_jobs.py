@@ -3,6 +3,8 @@ the job in PostgreSQL and RabbitMQ, `sluice worker` sending it back through the
 gateway, the result by GET /v1/jobs/{id} and by a signed webhook to a real receiver."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import requests
 from sluice_client import APIStatusError, NotFoundError, Sluice, verify_signature
@@ -212,3 +214,36 @@ def test_python_sdk_submit_wait_and_verify(jobs_stack, receiver):
     _, headers, raw = receiver.calls[0]
     assert verify_signature(secret, headers["X-Sluice-Signature"], raw)
     assert not verify_signature(secret, headers["X-Sluice-Signature"], raw + b"x")
+
+
+def test_jobs_wait_while_the_models_pool_is_full(jobs_stack):
+    """A backend that takes one request at a time, held by an interactive caller: the
+    job is not run over it (the worker gets the gateway's 503 and waits), and runs
+    once the slot is free."""
+    stack = jobs_stack
+    _, key = stack.keys["alice"]
+    url = stack.start_backend("one-slot")
+    model = stack.admin.create("models", name="narrow", timeout_ms=20000)
+    stack.admin.create("backends", name="one-slot", model_id=model["id"], url=url,
+                       protocol="openai", max_in_flight=1)
+    stack.wait_served()
+    held = {}
+    interactive = threading.Thread(target=lambda: held.setdefault("r", stack.chat(
+        key, "narrow", headers={"X-Demo-Hold": "slot"})))
+    interactive.start()
+    try:
+        metrics = stack.gateway.internal_url + "/metrics"
+        eventually(lambda: 'sluice_backend_in_flight{model="narrow",backend="one-slot"} 1'
+                   in requests.get(metrics, timeout=5, headers={
+                       "Authorization": f"Bearer {stack.gateway_token}"}).text, timeout=10)
+        job_id = submit(stack.gateway.url, key, model="narrow").json()["id"]
+        # tried, refused for want of room, queued again: more than once
+        eventually(lambda: (j := job(stack.gateway.url, key, job_id).json())["attempts"] >= 2
+                   and j["status"] in ("queued", "running"), timeout=20)
+    finally:
+        requests.post(url + "/demo/release/slot", timeout=5)
+        interactive.join(30)
+    assert held["r"].status_code == 200
+    done = eventually(lambda: (j := job(stack.gateway.url, key, job_id).json())["status"]
+                      == "succeeded" and j, timeout=20)
+    assert done["result"]["status_code"] == 200
