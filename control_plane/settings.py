@@ -109,7 +109,7 @@ class Settings:
     worker_gateway_url: str | None = None
     job_lease_s: float = 660.0
     job_wait_max_s: float = 3600.0
-    job_sweep_interval: float = 10.0
+    job_sweep_interval: float = 2.0
     # Webhooks: retried with exponential backoff and jitter for this long, then failed;
     # callback URLs to loopback, link-local and private addresses only when allowed.
     webhook_retry_for_s: float = 3600.0

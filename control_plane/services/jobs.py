@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 PRIORITIES = ("critical", "standard", "best_effort")
 MAX_BODY = 1 << 20
 SWEEP_LOCK = 0x5110_0B5   # pg advisory lock: one sweeper per round across workers
+NEW_GRACE_S = 2.0         # a job this young may still be on its way to the broker
 
 
 def _now() -> datetime:
@@ -225,7 +226,10 @@ def sweep(session: Session, publisher: Publisher | None, requeue_after_s: float)
                     .values(status="queued", lease_until=None, enqueued_at=None))
     stale = list(session.scalars(
         select(Job).where(Job.status == "queued",
-                          or_(Job.enqueued_at.is_(None),
+                          # never enqueued (the broker was down); not one the API is
+                          # enqueueing this very moment
+                          or_(Job.enqueued_at.is_(None)
+                              & (Job.created_at < now - timedelta(seconds=NEW_GRACE_S)),
                               Job.enqueued_at < now - timedelta(seconds=requeue_after_s)),
                           or_(Job.not_before.is_(None), Job.not_before <= now))
         .order_by(Job.created_at).limit(500)))
