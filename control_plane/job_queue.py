@@ -20,6 +20,10 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
 log = logging.getLogger(__name__)
+# pika logs every failed connection attempt at ERROR with a traceback, and every
+# connection at INFO; we report what matters ourselves (the worker's reconnects,
+# QueueUnavailable), once, without the noise.
+logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 QUEUE = "sluice.jobs"
 PRIORITIES = {"best_effort": 1, "standard": 2, "critical": 3}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pika
 
+from control_plane import job_queue  # noqa: F401  (quiets pika's logging)
 from control_plane.runtime import procs
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"

@@ -53,6 +53,10 @@ def children(up: subprocess.Popen, var: Path) -> dict[str, int]:
             found["api"] = int(d.name)
         elif "control_plane.cli controller" in line:
             found["controller"] = int(d.name)
+        elif "control_plane.cli worker" in line:
+            found["worker"] = int(d.name)
+        elif "rabbit" in line and ("beam" in line or "rabbitmq-server" in line):
+            found["rabbitmq"] = int(d.name)
         elif line.startswith("nginx: master"):
             found["gateway"] = int(d.name)
     try:
@@ -145,6 +149,21 @@ def _kill_each(up: subprocess.Popen, var: Path, load: Load, name: str,
     return counts
 
 
+def _async_job(info: dict) -> bool:
+    """A job submitted now ends succeeded within 20 s."""
+    auth = {"Authorization": f"Bearer {info['demo_api_key']}"}
+    sub = requests.post(info["gateway_url"] + "/v1/chat/completions", timeout=5,
+                        headers={**auth, "Prefer": "respond-async"},
+                        json={"model": "chat-demo", "messages": [{"role": "user",
+                                                                  "content": "async"}]})
+    if sub.status_code != 202:
+        return False
+    job = eventually(lambda: (j := requests.get(info["gateway_url"] + sub.headers["Location"],
+                                                headers=auth, timeout=5).json())["status"]
+                     in ("succeeded", "failed") and j, timeout=20)
+    return job["status"] == "succeeded"
+
+
 def _get(url: str, **kw) -> requests.Response:
     return requests.get(url, timeout=5, **kw)
 
@@ -159,7 +178,7 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         internal = {"Authorization": f"Bearer {info['gateway_token']}"}
         served = info["metrics_url"].replace("/metrics", "/internal/snapshot")
         started = children(up, var)
-        assert set(started) == {"postgres", "api", "controller", "gateway",
+        assert set(started) == {"postgres", "api", "controller", "gateway", "worker", "rabbitmq",
                                 "chat-demo-a", "chat-demo-b", "chat-canary-a",
                                 "chat-slow-a", "sentiment-demo-a"}, started
         load = Load(info)
@@ -191,6 +210,15 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         eventually(lambda: _get(served, headers=internal).json()["version"] == version,
                    timeout=30, message="the restarted controller pushes the change")
 
+        # async jobs: a killed worker, a killed broker (its whole process group), and the
+        # next job is answered; interactive traffic never notices
+        def job_succeeds() -> bool:
+            return _async_job(info)
+        _kill_each(up, var, load, "worker", lambda pid: os.kill(pid, signal.SIGKILL),
+                   job_succeeds, affected=set())
+        _kill_each(up, var, load, "rabbitmq", lambda pid: os.killpg(pid, signal.SIGKILL),
+                   job_succeeds, affected=set())
+
         # the gateways serve on their snapshot; the API answers again by itself
         _kill_each(up, var, load, "postgres", lambda pid: os.kill(pid, signal.SIGKILL),
                    lambda: _get(info["admin_url"].replace("/api/v1", "/readyz")).ok
@@ -213,7 +241,8 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         out = stop_up(up, signal.SIGTERM)   # test_up.py stops it with SIGINT
     print(out[-3000:])
     assert up.returncode == 0, out
-    for name in ("chat-canary-a", "api", "controller", "postgres", "gateway"):
+    for name in ("chat-canary-a", "api", "controller", "postgres", "gateway", "worker",
+                 "rabbitmq"):
         assert f"{name}: restarted" in out, out
     assert "gateway: nginx master pid" in out and "was killed by SIGKILL" in out
     assert ours(var) == [], "Ctrl-C left processes running"
