@@ -12,6 +12,7 @@ Supervised by `sluice up` (runtime/supervisor.py): `start()`, `alive()`, `stop()
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -24,10 +25,11 @@ from pathlib import Path
 
 import pika
 
-from control_plane import job_queue  # noqa: F401  (quiets pika's logging)
 from control_plane.runtime import procs
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+# the readiness probe's refused connections would each log an ERROR with a traceback
+logging.getLogger("pika").setLevel(logging.CRITICAL)
 USER = "sluice"
 
 
