@@ -39,7 +39,8 @@ def _parameters(url: str, timeout: float) -> pika.URLParameters:
     params.connection_attempts = 1
     params.socket_timeout = timeout
     params.blocked_connection_timeout = timeout
-    params.heartbeat = 30
+    if "heartbeat=" not in url:   # the URL's own (?heartbeat=N) wins
+        params.heartbeat = 30
     return params
 
 
@@ -58,7 +59,11 @@ class Publisher:
 
     def _connect(self) -> BlockingChannel:
         if self._channel is not None and self._channel.is_open:
-            return self._channel
+            # an idle publisher has not read the broker's heartbeats or its close:
+            # find out now rather than while waiting for a confirm
+            self._conn.process_data_events(time_limit=0)
+            if self._channel.is_open:
+                return self._channel
         self.close()
         self._conn = pika.BlockingConnection(_parameters(self._url, self._timeout))
         channel = self._conn.channel()

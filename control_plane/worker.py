@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, TypeVar
 
@@ -63,6 +63,7 @@ class Worker:
         self.hooks_http = requests.Session()
         self.stopping = threading.Event()
         self.consumer: Consumer | None = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job")
         self.done = 0   # jobs this worker ended (for logs and the bench)
 
     # --- plumbing -------------------------------------------------------------
@@ -137,8 +138,8 @@ class Worker:
         waited = (_now() - job.created_at).total_seconds()
         may_wait = waited < self.settings.job_wait_max_s
         try:
-            r = self.http.post(self.gateway + job.path, data=job.body, headers=headers,
-                               timeout=(5, timeout))
+            r = self._meanwhile(lambda: self.http.post(self.gateway + job.path, data=job.body,
+                                                       headers=headers, timeout=(5, timeout)))
         except requests.RequestException as exc:
             if may_wait and job.attempts < 5:
                 log.warning("job %s: gateway unreachable (%s); back to the queue",
@@ -160,6 +161,15 @@ class Worker:
                     "body": r.content, "error": None}
         return {"status": "failed", "code": r.status_code, "content_type": ctype,
                 "body": r.content, "error": _error_of(r)}
+
+    def _meanwhile(self, call: Callable[[], T]) -> T:
+        """call() in a thread while this one keeps the broker connection's heartbeats
+        going: a model that answers after minutes must not cost the connection (the
+        broker would hand the job to another worker)."""
+        future = self.pool.submit(call)
+        while not future.done():
+            self._sleep(0.1)
+        return future.result()
 
     def _back(self, job, seconds: float) -> None:
         self._db(lambda s: jobs.release(s, job.id, _now() + timedelta(seconds=seconds)))
@@ -213,6 +223,7 @@ class Worker:
             self.stopping.set()
             for t in threads:
                 t.join(5)
+            self.pool.shutdown(wait=False)
             self.engine.dispose()
         return 0
 

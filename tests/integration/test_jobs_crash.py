@@ -20,7 +20,8 @@ from waiting import eventually
 N = 8
 
 
-def _setup(stack, amqp_url: str, latency_ms: int) -> tuple[str, Receiver]:
+def _setup(stack, amqp_url: str, latency_ms: int,
+           timeout_ms: int = 3000) -> tuple[str, Receiver]:
     gw = stack.new_gateway("gw1")
     stack.extra_env.update(job_env(amqp_url, gw.url))
     stack.extra_env["SLUICE_JOB_LEASE_S"] = "4"
@@ -29,7 +30,7 @@ def _setup(stack, amqp_url: str, latency_ms: int) -> tuple[str, Receiver]:
     stack.start_controller()
     url = stack.start_backend("slow", latency_ms=latency_ms)
     admin = stack.admin
-    model = admin.create("models", name="chat-demo", timeout_ms=3000)
+    model = admin.create("models", name="chat-demo", timeout_ms=timeout_ms)
     admin.create("backends", name="slow", model_id=model["id"], url=url, protocol="openai")
     consumer = admin.create("consumers", name="alice")
     key = admin.create("keys", consumer_id=consumer["id"], name="ci")["key"]
@@ -145,3 +146,24 @@ def test_postgresql_restarted(bare_stack, amqp_url):
         stack.teardown()
         cluster.stop()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_job_longer_than_the_brokers_heartbeat_runs_once(bare_stack, amqp_url):
+    """A model that answers after several heartbeat intervals: the worker keeps its
+    broker connection alive meanwhile, so the job is not handed to anyone else."""
+    stack = bare_stack
+    key, receiver = _setup(stack, amqp_url + "?heartbeat=1", latency_ms=9000,
+                           timeout_ms=15000)
+    try:
+        stack.extra_env["SLUICE_JOB_LEASE_S"] = "30"
+        start_worker(stack)
+        start_worker(stack, "worker2")   # would take the job over if the first lost it
+        ids = _submit(stack, key, receiver, 2)
+        _all_ended_once(stack, key, receiver, ids, timeout=40)
+        assert [job(stack.gateway.url, key, i).json()["attempts"] for i in ids] == [1, 1]
+        # and no worker lost its broker connection meanwhile
+        for name in ("worker", "worker2"):
+            log = (stack.tmp / f"{name}.log").read_text()
+            assert "job queue unavailable" not in log, log[-2000:]
+    finally:
+        receiver.close()
