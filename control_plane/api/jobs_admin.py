@@ -2,6 +2,7 @@
 
     POST /api/v1/consumers/<id>/webhook-secret      a new signing secret, shown this once
     GET  /api/v1/jobs?consumer=&status=              recent jobs (newest first)
+    GET  /api/v1/jobs/stats                          queue depth: jobs by status and model
     GET  /api/v1/webhook-deliveries?job=&status=     recent deliveries (newest first)
     POST /api/v1/webhook-deliveries/<id>/resend      deliver that job again
 
@@ -60,6 +61,12 @@ def list_jobs() -> Response:
         q = q.where(Job.status == args["status"])
     items = [{**jobs.render(j), "consumer_id": j.consumer_id} for j in db().scalars(q)]
     return jsonify({"items": items})
+
+
+@bp.get("/jobs/stats")
+def job_stats() -> Response:
+    query_args({})
+    return jsonify(jobs.stats(db()))
 
 
 @bp.get("/webhook-deliveries")

@@ -26,7 +26,7 @@ from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from control_plane.job_queue import Publisher, QueueUnavailable
-from control_plane.job_records import Batch, Job
+from control_plane.job_records import JOB_STATES, Batch, Job
 from control_plane.services import webhooks
 from control_plane.services.errors import Conflict, Invalid, NotFound
 
@@ -150,6 +150,22 @@ def render(job: Job) -> dict[str, Any]:
     if job.error is not None:
         out["error"] = job.error
     return out
+
+
+def stats(session: Session) -> dict[str, Any]:
+    """Queue depth for operators: jobs (batch lines included) by status, waiting and
+    running jobs by model, and the age of the oldest waiting one."""
+    by_status = dict(session.execute(select(Job.status, func.count()).group_by(Job.status))
+                     .all())
+    by_model: dict[str, dict[str, int]] = {}
+    for model, status, n in session.execute(
+            select(Job.model, Job.status, func.count())
+            .where(Job.status.in_(("queued", "running"))).group_by(Job.model, Job.status)):
+        by_model.setdefault(model or "", {"queued": 0, "running": 0})[status] = n
+    oldest = session.scalar(select(func.min(Job.created_at)).where(Job.status == "queued"))
+    return {"by_status": {s: by_status.get(s, 0) for s in JOB_STATES},
+            "by_model": by_model,
+            "oldest_queued_s": round((_now() - oldest).total_seconds(), 3) if oldest else None}
 
 
 # --- the worker's moves -------------------------------------------------------

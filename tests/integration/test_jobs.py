@@ -92,6 +92,12 @@ def test_cancel_a_queued_job(jobs_stack):
     _, key = stack.keys["alice"]
     stack.stop("worker")   # nothing runs: the job stays queued
     job_id = submit(stack.gateway.url, key, "never mind").json()["id"]
+    # operators see the queue
+    stats = requests.get(f"{stack.admin_url}/jobs/stats", timeout=10,
+                         headers={"Authorization": f"Bearer {stack.admin_token}"}).json()
+    assert stats["by_status"]["queued"] == 1
+    assert stats["by_model"] == {"chat-demo": {"queued": 1, "running": 0}}
+    assert stats["oldest_queued_s"] >= 0
     r = requests.delete(f"{stack.gateway.url}/v1/jobs/{job_id}",
                         headers={"Authorization": f"Bearer {key}"}, timeout=10)
     assert r.status_code == 200, r.text
