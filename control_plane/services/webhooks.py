@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.job_records import Job, WebhookDelivery, WebhookSecret

@@ -81,6 +81,11 @@ def test_a_caller_sees_only_its_own_jobs(jobs_stack):
                               "X-Sluice-Consumer-Id": str(stack.keys["alice"][0]["id"]),
                               "X-Sluice-Gateway-Token": "forged-forged-forged"})
     assert r.status_code == 404
+    # the jobs service itself answers gateways only, whatever headers come with it
+    r = requests.get(f"http://127.0.0.1:{stack.api_port}/sluice-jobs/v1/jobs/{job_id}",
+                     timeout=10, headers={"X-Sluice-Consumer-Id": str(
+                         stack.keys["alice"][0]["id"]), "X-Sluice-Gateway-Token": "guess"})
+    assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
     # a job is not an endpoint of any other method
     r = requests.put(f"{stack.gateway.url}/v1/jobs/{job_id}", timeout=10,
                      headers={"Authorization": f"Bearer {alice}"})
