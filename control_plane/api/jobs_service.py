@@ -78,8 +78,10 @@ def submit(endpoint: str) -> tuple[Response, int, dict]:
         raise ApiError(503, "async jobs are not enabled on this deployment (no broker: "
                             "SLUICE_AMQP_URL)")
     body = request.get_data(cache=False)
+    query = request.query_string.decode("latin-1")
     job = jobs.submit(db(), publisher(), jobs.Submission(
-        consumer_id=_consumer(), priority=_priority(), path="/" + endpoint,
+        consumer_id=_consumer(), priority=_priority(),
+        path="/" + endpoint + ("?" + query if query else ""),
         model=request.headers.get("X-Sluice-Model") or None,
         content_type=request.headers.get("Content-Type"), body=body,
         callback_url=request.headers.get("X-Sluice-Callback-Url") or None),

@@ -33,7 +33,7 @@ from control_plane.services.errors import Conflict, Invalid, NotFound
 log = logging.getLogger(__name__)
 
 PRIORITIES = ("critical", "standard", "best_effort")
-MAX_BODY = 1 << 20
+MAX_PATH = 1024          # jobs.path
 SWEEP_LOCK = 0x5110_0B5   # pg advisory lock: one sweeper per round across workers
 NEW_GRACE_S = 2.0         # a job this young may still be on its way to the broker
 
@@ -62,6 +62,9 @@ def submit(session: Session, publisher: Publisher | None, sub: Submission, *,
     """Store the job (accepted from here on), then enqueue it."""
     if sub.priority not in PRIORITIES:
         raise Invalid({"priority": "must be critical, standard or best_effort"})
+    if len(sub.path) > MAX_PATH:
+        raise Invalid({"path": f"an async request's path and query string must be at "
+                               f"most {MAX_PATH} characters"})
     if sub.callback_url is not None:
         try:
             webhooks.check_callback_url(sub.callback_url, allow_private)
