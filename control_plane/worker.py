@@ -69,12 +69,16 @@ class Worker:
     # --- plumbing -------------------------------------------------------------
 
     def _sleep(self, seconds: float) -> None:
-        if self.consumer is not None and self.consumer.conn is not None:
+        """Wait, servicing the broker connection while it is open; the job in hand
+        goes on when the broker goes away (its ack then fails, and is redone)."""
+        c = self.consumer
+        if c is not None and c.conn is not None and c.conn.is_open:
             try:
-                self.consumer.sleep(seconds)
+                c.sleep(seconds)
                 return
-            except (AMQPError, OSError):
-                pass
+            except Exception as exc:  # noqa: BLE001 - pika also raises ValueError here
+                log.warning("job queue connection lost (%s); finishing the job in hand",
+                            type(exc).__name__)
         self.stopping.wait(seconds)
 
     def _db(self, fn: Callable[[Any], T]) -> T:
@@ -184,7 +188,7 @@ class Worker:
                 self.consumer.connect()
                 log.info("consuming the job queue")
                 self.consumer.run(self.handle, self.stopping)
-            except (AMQPError, OSError) as exc:
+            except (AMQPError, OSError, ValueError) as exc:   # pika: ValueError too
                 log.warning("job queue unavailable (%s); reconnecting", type(exc).__name__)
                 self.stopping.wait(RECONNECT_S)
             finally:

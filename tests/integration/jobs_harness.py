@@ -12,8 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 
-from control_plane.runtime import procs
-
 
 class Receiver:
     """Records every POST: (path, headers, body). Answers `status` (default 200)."""
@@ -78,7 +76,3 @@ def submit(gateway_url: str, key: str, text: str = "hello", model: str = "chat-d
 def job(gateway_url: str, key: str, job_id: str) -> requests.Response:
     return requests.get(f"{gateway_url}/v1/jobs/{job_id}",
                         headers={"Authorization": f"Bearer {key}"}, timeout=10)
-
-
-def wait_free(port: int) -> None:
-    procs.wait_port(port)

@@ -57,7 +57,14 @@ def _all_ended_once(stack, key: str, receiver: Receiver, ids: list[str],
         return all(job(stack.gateway.url, key, i).json()["status"] == "succeeded"
                    for i in ids)
 
-    eventually(ended, timeout=timeout, interval=0.2, message="every job succeeded")
+    try:
+        eventually(ended, timeout=timeout, interval=0.2, message="every job succeeded")
+    except AssertionError:
+        states = {i: {k: v for k, v in job(stack.gateway.url, key, i).json().items()
+                      if k in ("status", "attempts", "error")} for i in ids}
+        logs = "".join((stack.tmp / f"{n}.log").read_text()[-3000:]
+                       for n in ("worker", "worker2", "api") if (stack.tmp / f"{n}.log").exists())
+        raise AssertionError(f"{states}\n{logs}") from None
     eventually(lambda: {j["id"] for j in receiver.jobs()} == set(ids), timeout=30,
                message="every job's webhook arrived")
     auth = {"Authorization": f"Bearer {stack.admin_token}"}
