@@ -23,6 +23,7 @@ import logging
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, TypeVar
 
@@ -171,9 +172,12 @@ class Worker:
         going: a model that answers after minutes must not cost the connection (the
         broker would hand the job to another worker)."""
         future = self.pool.submit(call)
-        while not future.done():
-            self._sleep(0.1)
-        return future.result()
+        while True:
+            try:
+                return future.result(timeout=0.5)   # at once when the answer is in
+            except FutureTimeout:
+                self._sleep(0)   # heartbeats, without waiting
+
 
     def _back(self, job, seconds: float) -> None:
         self._db(lambda s: jobs.release(s, job.id, _now() + timedelta(seconds=seconds)))
