@@ -104,6 +104,8 @@ class Broker:
                     RABBITMQ_ADVANCED_CONFIG_FILE=str(w / "advanced.config"),
                     RABBITMQ_CONF_ENV_FILE=str(w / "rabbitmq-env.conf"),
                     RABBITMQ_USE_LONGNAME="false",
+                    # a node that cannot start dumps here, not into the caller's folder
+                    ERL_CRASH_DUMP=str(w / "erl_crash.dump"),
                     # the machine's epmd (4369) would be shared: an epmd of our own
                     ERL_EPMD_PORT=str(self.epmd_port))
 
@@ -124,7 +126,8 @@ class Broker:
     def _start(self, timeout: float) -> None:
         self.kill()
         self._prepare()
-        self.proc = procs.spawn([binary()], log=self.workdir / "broker.out", env=self.env())
+        self.proc = procs.spawn([binary()], log=self.workdir / "broker.out", env=self.env(),
+                                cwd=self.workdir)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
