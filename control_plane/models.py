@@ -327,3 +327,5 @@ class ConfigState(Base):
 # What the control plane observes and records lives in control_plane/records.py; its
 # tables join Base.metadata when this module loads (Alembic and the tests read it).
 from control_plane import records  # noqa: E402,F401  (after Base: records imports it)
+# Async jobs, webhook deliveries, the Batch API's files and batches (control_plane/job_records.py).
+from control_plane import job_records  # noqa: E402,F401

@@ -25,7 +25,9 @@ PACKAGES=(
 # the network).
 # curl: the HTTPS / HTTP/2 tests call the gateway with it; nodejs runs the JS SDK's
 # tests (clients/js) against a real gateway.
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs)
+# rabbitmq-server: `sluice up` and the tests run private RabbitMQ nodes (images only
+# connect to a broker: SLUICE_AMQP_URL).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -49,6 +49,7 @@
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
+--  job_id             jobs          the job a worker's request runs (never made async again)
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
 -- restored context starts a new pass without them (restore() clears them).
