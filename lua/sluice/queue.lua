@@ -27,17 +27,23 @@
 -- worker, else by its worker's timer, which looks at its waiters' outcomes (no busy
 -- loop: the timer runs only while the worker has waiters).
 --
--- FIXME: races, in the candour of lua-resty-limit-traffic. (1) Several dispatchers
--- may run at once (other workers); each reservation is checked after it is counted,
--- so a limit is never overshot by grants, but newcomers that find room (admission)
--- are counted only in the balancer, as before: with N workers a limit can still be
--- overshot by up to N - 1 at the instant it is reached. (2) Two workers may pass the
--- queue-length check at once and both join: a queue can hold N - 1 more than its
--- places. (3) A trim of be:P (pop the oldest, push it back if it still waits) can hide
--- the one victim from a preemption at the same instant: the critical request is then
--- refused as at a full queue. (4) Two dispatchers can order two grants of one class
--- differently from arrival by one place. (5) A worker that dies leaves its waiters'
--- depth counted until nginx restarts (its keys expire; dispatch skips them).
+-- FIXME: races, in the candour of lua-resty-limit-traffic (N: nginx workers).
+-- (1) Dispatchers of several workers may run at once; each reservation is checked
+-- after it is counted, so grants never overshoot a limit, but newcomers that find
+-- room (admission) are counted only in the balancer, as before: a limit can still be
+-- overshot by up to N - 1 at the instant it is reached. (2) Workers may pass the
+-- queue-length check at once: a queue can hold N - 1 more than its places. (3) A
+-- trim of be:P (pop the oldest, push it back if it still waits) can hide the one
+-- victim from a preemption at the same instant: that critical request is refused as
+-- at a full queue. (4) A waiter is counted (n:P:c) a moment before its ticket is in
+-- the ring; a dispatcher of another worker that finds the count but no ticket serves
+-- the next class down, so one grant can go to a lower class in that instant, and two
+-- dispatchers can swap two grants of one class. (5) A worker that dies (not a
+-- reload) leaves its waiters counted in the depth until nginx restarts, as the
+-- in-flight counts; its tickets' keys expire and dispatch skips them. (6) A waiter
+-- that learns its outcome more than DECIDED seconds late would cancel a grant's
+-- reservation away: one slot lost until restart (a worker stalled that long has
+-- worse trouble).
 local semaphore = require("ngx.semaphore")
 local metrics = require("sluice.metrics")
 
@@ -56,8 +62,10 @@ local dict = ngx.shared.sluice_queue
 local POLL = 0.005     -- seconds between a worker's looks while it has waiters
 local PER_SLOT = 4     -- queue places per slot of the pool's capacity
 local MIN_PLACES = 16
-local KEEP = 60        -- seconds outcome and liveness keys outlive a wait bound
-local SCAN = 64        -- stale entries one look may skip
+local KEEP = 60        -- seconds a waiter's liveness key outlives its bound (a dead worker)
+local DECIDED = 30     -- seconds an outcome is kept after the waiter left (see dispatch)
+local SLICE = 0.5      -- a waiter looks at its outcome itself at least this often
+local SCAN = 64        -- consumers one look may skip; stale tickets are all dropped
 local RETRY_AFTER = 1
 
 local _M = { POLL = POLL, PER_SLOT = PER_SLOT, MIN_PLACES = MIN_PLACES }
@@ -105,13 +113,12 @@ local function grant_next(P, c)
             return nil
         end
         local q = "q:" .. pc .. ":" .. who
-        local t
-        for _ = 1, SCAN do
+        local t = dict:lpop(q)
+        -- skip the tickets that left already (timeout, abort, preempted); the
+        -- outcome outlives the liveness key by DECIDED seconds, so a ticket leaving
+        -- between the two reads is never granted
+        while t and not (dict:get("w:" .. t) and dict:add("o:" .. t, "g", DECIDED)) do
             t = dict:lpop(q)
-            if not t or (dict:get("w:" .. t) and dict:add("o:" .. t, "g", KEEP)) then
-                break
-            end
-            t = nil   -- left already (timeout, abort, preempted)
         end
         if (dict:llen(q) or 0) > 0 then
             dict:rpush(ring, who)
@@ -197,16 +204,14 @@ end
 -- The newest best-effort waiter leaves (503) for a critical request.
 local function preempt(P)
     local be = "be:" .. P
-    for _ = 1, SCAN do
-        local t = dict:rpop(be)
-        if not t then
-            return false
-        end
-        if dict:get("w:" .. t) and dict:add("o:" .. t, "p", KEEP) then
+    local t = dict:rpop(be)
+    while t do   -- the tickets that left already are dropped
+        if dict:get("w:" .. t) and dict:add("o:" .. t, "p", DECIDED) then
             decr_depth(P, 1)
             wake(t)
             return true
         end
+        t = dict:rpop(be)
     end
     return false
 end
@@ -290,11 +295,12 @@ function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
     repeat
         local left = bound - (ngx_now() - started)
         if left > 0 then
-            sema:wait(left)
+            -- in slices: a worker shutting down (reload) stops its poll timer
+            sema:wait(left < SLICE and left or SLICE)
         end
         outcome = dict:get("o:" .. t)
         if not outcome and (w.aborted or ngx_now() - started >= bound) then
-            if dict:add("o:" .. t, "c", KEEP) then
+            if dict:add("o:" .. t, "c", DECIDED) then
                 decr_depth(P, rank)
                 outcome = "c"
             else
