@@ -65,6 +65,7 @@ local MIN_PLACES = 16
 local KEEP = 60        -- seconds a waiter's liveness key outlives its bound (a dead worker)
 local DECIDED = 30     -- seconds an outcome is kept after the waiter left (see dispatch)
 local SLICE = 0.5      -- a waiter looks at its outcome itself at least this often
+local MS = 0.001
 local SCAN = 64        -- consumers one look may skip; stale tickets are all dropped
 local RETRY_AFTER = 1
 
@@ -293,13 +294,17 @@ function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
 
     local outcome
     repeat
+        -- ngx.now() is cached per event-loop turn and semaphore timeouts are whole
+        -- milliseconds: a wait under 1 ms would return at once, without yielding,
+        -- and never see the clock move (a spin). Under 1 ms left is the end.
         local left = bound - (ngx_now() - started)
-        if left > 0 then
+        local over = left < MS
+        if not over then
             -- in slices: a worker shutting down (reload) stops its poll timer
             sema:wait(left < SLICE and left or SLICE)
         end
         outcome = dict:get("o:" .. t)
-        if not outcome and (w.aborted or ngx_now() - started >= bound) then
+        if not outcome and (over or w.aborted) then
             if dict:add("o:" .. t, "c", DECIDED) then
                 decr_depth(P, rank)
                 outcome = "c"

@@ -226,7 +226,8 @@ def test_wait_bounds_per_class(gateway, helpers, backends):
     lines = {line["request_id"]: line
              for line in access_lines(gateway, 3) if line["request_id"].startswith("queue-")}
     assert lines["queue-no-wait"]["queue_ms"] == ""          # it never waited
-    assert int(lines["queue-impatient"]["queue_ms"]) >= 300   # it waited its bound
+    # it waited its bound (to the millisecond: the wait ends when under 1 ms is left)
+    assert int(lines["queue-impatient"]["queue_ms"]) >= 299
     assert lines["queue-impatient"]["status"] == "503"
     m = scrape(gateway)
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo", priority="standard",
@@ -234,7 +235,7 @@ def test_wait_bounds_per_class(gateway, helpers, backends):
     assert value(m, "sluice_queue_wait_seconds_count", model="chat-demo",
                  priority="standard") == 1
     assert value(m, "sluice_queue_wait_seconds_sum", model="chat-demo",
-                 priority="standard") >= 0.3
+                 priority="standard") >= 0.299
 
 
 def test_a_caller_that_hangs_up_leaves_the_queue(gateway, helpers, backends):
