@@ -30,6 +30,7 @@
 -- once, overshooting a limit by up to N - 1. A worker that dies mid-request leaks its
 -- counts until nginx restarts.
 local balancer = require("sluice.balancer")
+local weights = require("sluice.weights")
 local metrics = require("sluice.metrics")
 local queue = require("sluice.queue")
 local cjson = require("cjson.safe")
@@ -147,29 +148,38 @@ local function class_of(snap, consumer)
 end
 
 -- In flight to the pool's usable backends, and their capacity (nil: unlimited or
--- no usable backend, so admission does not apply).
+-- no usable backend, so admission does not apply). A backend the controller's
+-- weight push names saturated (its GPUs are full, sluice/weights.lua) takes no more
+-- than it has in flight: its capacity is that count, with or without max_in_flight.
 local function load(pool)
     balancer.refresh(pool, ngx_now())
+    local sat = weights.saturated()
     local backends, eff = pool.backends, pool.eff
-    local cap, busy = 0, 0
+    local cap, busy, full = 0, 0, false
     for i = 1, pool.n do
         if eff[i] > 0 then
-            local m = backends[i].max_in_flight
-            if not m then
+            local b = backends[i]
+            local n = dict:get("b:" .. b.id_s) or 0
+            local m = b.max_in_flight
+            if sat and sat[b.id_s] then
+                m, full = n, true
+            elseif not m then
                 return nil
             end
             cap = cap + m
-            busy = busy + (dict:get("b:" .. backends[i].id_s) or 0)
+            busy = busy + n
         end
     end
-    if cap == 0 then
+    if cap == 0 and not full then
         return nil
     end
     return busy, cap
 end
 
 local function limit(rank, cap)
-    if rank == 1 then
+    if cap == 0 then
+        return 0   -- every usable backend saturated and idle: nothing goes
+    elseif rank == 1 then
         return max(1, floor(cap * BEST_EFFORT_SHARE))
     elseif rank == 2 then
         return cap
@@ -203,7 +213,7 @@ function _M.admit(ctx, snap, consumer, model_name, pool)
         return 400, "invalid_request",
                "X-Sluice-Priority must be critical, standard or best_effort"
     end
-    if not pool.capped then
+    if not pool.capped and not weights.saturated() then
         return
     end
     local busy, cap = load(pool)
@@ -271,26 +281,18 @@ function _M.in_flight(id)
     return dict:get("b:" .. id) or 0
 end
 
--- Requests waiting for a slot, per model served and class, over its pools with a
--- capacity: { [model] = { critical = n, standard = n, best_effort = n } }.
+-- Requests waiting for a slot, per model served and class, over its pools:
+-- { [model] = { critical = n, standard = n, best_effort = n } }.
 function _M.queues(snap)
     local out = {}
     if not snap then return out end
     for name, model in pairs(snap.models) do
-        local sum
+        local sum = { 0, 0, 0 }
         for _, pool in pairs(model.pools) do
-            for i = 1, pool.n do
-                if pool.backends[i].max_in_flight then
-                    local d = queue.depth(pool)
-                    sum = sum or { 0, 0, 0 }
-                    for c = 1, 3 do sum[c] = sum[c] + d[c] end
-                    break
-                end
-            end
+            local d = queue.depth(pool)
+            for c = 1, 3 do sum[c] = sum[c] + d[c] end
         end
-        if sum then
-            out[name] = { best_effort = sum[1], standard = sum[2], critical = sum[3] }
-        end
+        out[name] = { best_effort = sum[1], standard = sum[2], critical = sum[3] }
     end
     return out
 end

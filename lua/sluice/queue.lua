@@ -363,8 +363,8 @@ function _M.release(ctx, pool)
         dict:incr("r:" .. held.qkey, -1, 0)
         _M.dispatch(held)
     end
-    if pool and pool.capped and pool ~= held then
-        _M.dispatch(pool)
+    if pool and pool ~= held then
+        _M.dispatch(pool)   -- one dict read when nobody waits
     end
 end
 

@@ -8,6 +8,11 @@
 -- each backend's static (snapshot) weight over DECAY seconds (a push may set both,
 -- "hold_s" and "decay_s"): a gateway whose
 -- controller died ends up on the operator's static weights, never on nothing.
+--
+-- A push may also name backends whose GPUs are full ("saturated": ids, from fresh
+-- telemetry or scrapes): admission (sluice/admission.lua) takes no more requests to
+-- them than they have in flight, so their pool queues; the names count only while
+-- the table is fresh (not after HOLD), never from a table that stopped arriving.
 local cjson = require("cjson.safe")
 
 local ngx = ngx
@@ -15,6 +20,7 @@ local ngx_now = ngx.now
 local type = type
 local pairs = pairs
 local ipairs = ipairs
+local next = next
 local tostring = tostring
 local floor = math.floor
 
@@ -48,6 +54,13 @@ local function validate(t)
             return nil, "weights." .. id .. ": must be an integer in 0..1000"
         end
     end
+    local sat = t.saturated
+    if sat ~= nil then
+        if type(sat) ~= "table" then return nil, "saturated: must be a list of ids" end
+        for _, id in pairs(sat) do
+            if type(id) ~= "string" then return nil, "saturated: must be a list of ids" end
+        end
+    end
     return true
 end
 
@@ -79,11 +92,18 @@ function _M.push(raw)
     return t.version
 end
 
+local cached_saturated = {}   -- set of backend ids, from the same push
+
 local function current()
     local gen = dict:get("gen") or 0
     if gen ~= cached_gen then
         local t = cjson.decode(dict:get("raw") or "")
         cached = (t and t.weights) or {}
+        local set = {}
+        for _, id in ipairs(t and type(t.saturated) == "table" and t.saturated or {}) do
+            set[id] = true
+        end
+        cached_saturated = set
         cached_gen = gen
     end
     return cached, gen
@@ -125,6 +145,16 @@ end
 
 -- The decoded table this worker uses (and its generation).
 _M.current = current
+
+-- The backends the last push says are saturated (a set of ids), while it is fresh;
+-- nil when none are.
+function _M.saturated()
+    current()
+    if next(cached_saturated) == nil or _M.decay_factor() > 0 then
+        return nil
+    end
+    return cached_saturated
+end
 
 -- What GET /internal/weights answers.
 function _M.status()

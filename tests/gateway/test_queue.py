@@ -27,13 +27,13 @@ CONSUMERS = {"critical": 1, "standard": 2, "standard-b": 2, "best_effort": 3,
 KEYS = {name: f"sk-test-queue-{name}-0123456789abcdef" for name in CONSUMERS}
 
 
-def _snapshot(helpers, backends, version=1):
+def _snapshot(helpers, backends, version=1, capacity=1):
     consumers, keys = {}, {}
     for i, (name, plan) in enumerate(CONSUMERS.items(), start=1):
         consumers[str(i)] = {"id": i, "name": name, "allowed_models": None, "plan_id": plan}
         keys[helpers.key_hash(KEYS[name])] = {"id": i, "consumer_id": i,
                                               "prefix": KEYS[name][:10], "expires_at": None}
-    entry = backends["openai-a"].entry(1, max_in_flight=1)
+    entry = backends["openai-a"].entry(1, **({"max_in_flight": capacity} if capacity else {}))
     snap = helpers.make_snapshot(version, {"chat-demo": (60000, [entry])},
                                  consumers=consumers, keys=keys)
     snap["plans"] = PLANS
@@ -291,6 +291,32 @@ def test_queue_metrics_and_log_fields(gateway, helpers, backends):
     assert value(m, "sluice_queue_wait_seconds_count", model="chat-demo",
                  priority="standard") == 2
     assert value(m, "sluice_queue_depth", model="chat-demo", priority="standard") == 0
+
+
+def test_gpu_saturation_signal_makes_requests_wait(gateway, helpers, backends):
+    """A backend without max_in_flight: only the controller's signal (its GPUs are
+    full, in the weight push) saturates the pool."""
+    assert gateway.push(_snapshot(helpers, backends, capacity=None)).status_code == 200
+    t = _traffic(gateway, backends)
+    try:
+        r = gateway.push_weights({"version": 1, "weights": {"1": 100}, "hold_s": 600,
+                                  "saturated": ["1"]})
+        assert r.status_code == 200, r.text
+        # idle and saturated: nothing more goes to it
+        t.send("standard")
+        _queued(gateway, standard=1)
+        helpers.assert_error(t.post("no-wait"), 503, "backend_unavailable")
+        assert t.done == []
+        # the GPUs have room again: the waiter goes
+        r = gateway.push_weights({"version": 2, "weights": {"1": 100}, "hold_s": 600})
+        assert r.status_code == 200, r.text
+        eventually(lambda: t.done)
+        assert t.post("no-wait").status_code == 200
+    finally:
+        t.join()
+    assert [(who, r.status_code) for who, r in t.done] == [("standard", 200)]
+    r = gateway.push_weights({"version": 3, "weights": {}, "saturated": "1"})
+    assert r.status_code == 400 and "saturated" in r.text
 
 
 def test_invalid_queue_timeout_is_refused(gateway, helpers, backends):
