@@ -21,6 +21,7 @@ local type = type
 local pairs = pairs
 local ipairs = ipairs
 local next = next
+local setmetatable = setmetatable
 local tostring = tostring
 local floor = math.floor
 
@@ -146,6 +147,16 @@ end
 -- The decoded table this worker uses (and its generation).
 _M.current = current
 
+-- Ids of saturated(), as a sorted list (GET /internal/weights).
+function _M.saturated_ids()
+    local out = {}
+    for id in pairs(_M.saturated() or {}) do
+        out[#out + 1] = id
+    end
+    table.sort(out)
+    return out
+end
+
 -- The backends the last push says are saturated (a set of ids), while it is fresh;
 -- nil when none are.
 function _M.saturated()
@@ -167,6 +178,8 @@ function _M.status()
         state = (not age and "static") or (f <= 0 and "fresh")
                 or (f < 1 and "decaying") or "static",
         weights = t,
+        -- the backends taken as saturated now (fresh pushes only)
+        saturated = setmetatable(_M.saturated_ids(), cjson.empty_array_mt),
     }
 end
 

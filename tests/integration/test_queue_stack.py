@@ -3,6 +3,8 @@ queue_timeout_ms) and seen from it: GET /api/v1/queues and the dashboard read th
 waiting requests from the live gateway."""
 from __future__ import annotations
 
+import json
+import sys
 import threading
 
 import requests
@@ -62,3 +64,48 @@ def test_waiting_request_is_visible_in_the_admin_api_and_dashboard(stack, demo):
             t.join(30)
     assert sorted(r.status_code for r in answers) == [200, 200, 200]
     assert queues()["models"]["chat-demo"]["total"] == 0
+
+
+def _gpu(path, free: float) -> None:
+    total = 80_000
+    path.write_text(json.dumps({"gpus": [{"name": "NVIDIA A100-SXM4-80GB",
+                                          "memory_total_mb": total,
+                                          "memory_used_mb": int(total * (1 - free))}]}))
+
+
+def test_full_gpus_make_requests_wait_until_memory_frees(stack):
+    """No max_in_flight anywhere: a real agent reports the backend's GPU full, the
+    controller's weight push says so, the gateway queues; memory frees, it serves."""
+    admin = stack.admin
+    url = stack.start_backend("gpu-a")
+    model = admin.create("models", name="gpu-chat", timeout_ms=5000)
+    backend = admin.create("backends", name="gpu-a", model_id=model["id"], url=url,
+                           protocol="openai")
+    plan = admin.create("plans", name="patient", queue_timeout_ms=60000)
+    consumer = admin.create("consumers", name="t", plan_id=plan["id"])
+    key = admin.create("keys", consumer_id=consumer["id"])["key"]
+    stack.wait_served()
+
+    gpus, cfg = stack.tmp / "gpus.json", stack.tmp / "agent.json"
+    _gpu(gpus, 0.0)
+    cfg.write_text(json.dumps({"host": "gpu-host-1", "backends": {"0": ["gpu-a"]}}))
+    stack.spawn("agent", [sys.executable, "-m", "control_plane.cli", "agent",
+                          "--source", "simulated", "--simulated-gpus", str(gpus),
+                          "--config", str(cfg), "--interval", "0.5",
+                          "--control-plane", f"http://127.0.0.1:{stack.api_port}"])
+    # the controller's push names the backend saturated
+    eventually(lambda: stack.gateway.weights_status()["saturated"] == [str(backend["id"])],
+               timeout=30)
+
+    answers: list[requests.Response] = []
+    waiter = threading.Thread(target=lambda: answers.append(requests.post(
+        stack.gateway.url + "/v1/chat/completions", timeout=60,
+        json={"model": "gpu-chat", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {key}"})), daemon=True)
+    waiter.start()
+    eventually(lambda: stack.gateway.stats()["queues"]["gpu-chat"]["standard"] == 1,
+               timeout=15)
+    assert answers == []
+    _gpu(gpus, 0.5)   # the model server freed memory
+    waiter.join(60)
+    assert [r.status_code for r in answers] == [200]
