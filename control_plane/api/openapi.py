@@ -181,6 +181,10 @@ def _get(tag: str, op: str, schema: dict[str, Any], params: list | None = None,
     return {"get": out}
 
 
+_QUEUE_DEPTH = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                "description": "critical, standard, best_effort (and total)"}
+
+
 def _other_paths() -> dict[str, Any]:
     p = API_PREFIX
     page = {"type": "object", "required": ["items"],
@@ -227,6 +231,15 @@ def _other_paths() -> dict[str, Any]:
                              _object(window_seconds={"type": "number"}, models=_OBJECTS),
                              [], 422),
         p + "/health": _get("health", "backend_health", _OBJECT, [], 422),
+        p + "/queues": _get("health", "queue_depths", _object(
+            sampled_at={"type": ["number", "null"]},
+            models={"type": "object", "additionalProperties": _QUEUE_DEPTH,
+                    "description": "waiting requests per model, summed over the gateways"},
+            gateways={"type": "object", "additionalProperties": {
+                "type": "object", "additionalProperties": _QUEUE_DEPTH}},
+            unreachable={"type": "object", "additionalProperties": {"type": "string"}}),
+            [], 422, summary="requests waiting for a slot of a saturated model, per "
+                             "model and priority class, read from every live gateway"),
         p + "/usage": _get("usage", "daily_usage",
                            _object(since={"type": "string", "format": "date"},
                                    until={"type": "string", "format": "date"},

@@ -214,7 +214,7 @@ local function admit(ctx)
     if hit_type then
         return 200, hit_type, hit
     end
-    status, err_type, msg, extra = admission.admit(snap, consumer, model_name, pool)
+    status, err_type, msg, extra = admission.admit(ctx, snap, consumer, model_name, pool)
     if status then
         return status, err_type, msg, extra
     end
@@ -250,6 +250,8 @@ function _M.access()
     local status, err_type, msg, extra = admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
+    elseif status == 499 then   -- the caller went away while it waited for a slot
+        return ngx_exit(499)
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
