@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane import admin
 # usage, observability, probes and openapi add routes to views.bp when imported
 from control_plane.api import errors, observability, openapi, probes, usage, views  # noqa: F401
+from control_plane.api import jobs_admin, jobs_service  # noqa: F401
 from control_plane.db import make_engine, make_sessionmaker, normalize_url
 from control_plane.settings import SettingsError, load_settings
 
@@ -76,6 +77,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     admin.init_app(app)
     observability.init_app(app)   # its routes joined views.bp when it was imported
     app.register_blueprint(probes.bp)   # /healthz and /readyz, no token
+    app.register_blueprint(jobs_service.bp)   # /sluice-jobs/..., gateways only
     return app
 
 

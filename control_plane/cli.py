@@ -27,6 +27,13 @@ def _controller(args: argparse.Namespace) -> int:
     return process.main(load_settings())
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from control_plane import worker
+    from control_plane.settings import load_settings
+
+    return worker.main(load_settings())
+
+
 def _shipper(args: argparse.Namespace) -> int:
     from control_plane import shipper
     from control_plane.settings import load_settings
@@ -76,6 +83,7 @@ def _gateway(args: argparse.Namespace) -> int:
         redis_failure=settings.redis_failure, plain=settings.gateway_plain,
         internal_tls_cert=settings.internal_tls_cert,
         internal_tls_key=settings.internal_tls_key, internal_ca=settings.internal_ca,
+        jobs_url=settings.jobs_service_url(),
         **({"tls_port": settings.gateway_tls_port, "tls_cert": Path(settings.tls_cert),
             "tls_key": Path(settings.tls_key)} if settings.tls_cert else {})))
     stop = threading.Event()
@@ -239,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("controller", help="push snapshots to every gateway")
     p.set_defaults(func=_controller)
+
+    p = sub.add_parser("worker", help="run async jobs and batches from RabbitMQ "
+                                      "(SLUICE_AMQP_URL), deliver their webhooks")
+    p.set_defaults(func=_worker)
 
     p = sub.add_parser("shipper", help="ship gateway access logs (SLUICE_ACCESS_LOGS) "
                                        "to Postgres")

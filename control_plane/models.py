@@ -12,6 +12,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
+# How long a request of each class waits in the gateway for a slot of a saturated pool
+# when its plan sets no queue_timeout_ms (best-effort: refused at once).
+QUEUE_TIMEOUT_MS = {"critical": 10_000, "standard": 2_000, "best_effort": 0}
+MAX_QUEUE_TIMEOUT_MS = 600_000
 MAX_WEIGHT = 1000
 
 # Deterministic constraint names: the API maps a violated constraint back to a field.
@@ -218,10 +222,21 @@ class Plan(Timestamps, Base):
                                           server_default="standard")
     priority_header: Mapped[bool] = mapped_column(Boolean, default=False,
                                                   server_default="false")
+    # How long its requests wait for a slot of a saturated pool; NULL: the class's
+    # default (QUEUE_TIMEOUT_MS), 0: refused at once.
+    queue_timeout_ms: Mapped[int | None] = mapped_column(Integer)
+
+    def queue_timeout(self) -> int:
+        """The wait bound the gateway applies (ms): the plan's, else its class's."""
+        if self.queue_timeout_ms is not None:
+            return self.queue_timeout_ms
+        return QUEUE_TIMEOUT_MS.get(self.priority, 0)
 
     __table_args__ = (CheckConstraint("rate_per_second > 0", name="rate_positive"),
                       CheckConstraint("priority IN (" + ", ".join(f"'{p}'" for p in PRIORITIES)
-                                      + ")", name="priority_known"))
+                                      + ")", name="priority_known"),
+                      CheckConstraint(f"queue_timeout_ms BETWEEN 0 AND {MAX_QUEUE_TIMEOUT_MS}",
+                                      name="queue_timeout_range"))
 
 
 class JwtIssuer(Timestamps, Base):
@@ -327,3 +342,5 @@ class ConfigState(Base):
 # What the control plane observes and records lives in control_plane/records.py; its
 # tables join Base.metadata when this module loads (Alembic and the tests read it).
 from control_plane import records  # noqa: E402,F401  (after Base: records imports it)
+# Async jobs, webhook deliveries, the Batch API's files and batches (control_plane/job_records.py).
+from control_plane import job_records  # noqa: E402,F401

@@ -30,7 +30,8 @@ class BackendHealth(Base):
 class InferenceLog(Base):
     """One request answered by a gateway, shipped from its JSON access log.
 
-    `latency` and `upstream_latency` are milliseconds; `ts` is when the answer ended.
+    `latency`, `upstream_latency` and `queue_wait` (time waited in the gateway's queue
+    for a slot; NULL: no wait) are milliseconds; `ts` is when the answer ended.
     Rows are only ever appended by the shipper and removed by retention.
     """
     __tablename__ = "inference_logs"
@@ -53,6 +54,7 @@ class InferenceLog(Base):
     cache_status: Mapped[str | None] = mapped_column(String(16))
     error_type: Mapped[str | None] = mapped_column(String(64))
     bytes_sent: Mapped[int | None] = mapped_column(BigInteger)
+    queue_wait: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_inference_logs_model_name_ts", "model_name", "ts"),)
 

@@ -115,6 +115,34 @@ class Settings:
     admin_login_attempts: int = 5
     admin_lockout_s: float = 300.0
 
+    # Async jobs and the Batch API (docs/contracts.md, "Async jobs"): the broker
+    # (None: `sluice up` starts a private one), where gateways hand async requests to
+    # (None: the admin API's own host and port), the gateway workers send jobs through,
+    # how long a job may run before another worker may take it over (its lease, also
+    # the worker's timeout for the gateway's answer), how long a saturated model's job
+    # keeps waiting before it fails, how often workers sweep for jobs a broker lost.
+    amqp_url: str | None = None
+    jobs_url: str | None = None
+    worker_gateway_url: str | None = None
+    job_lease_s: float = 660.0
+    job_wait_max_s: float = 3600.0
+    job_sweep_interval: float = 2.0
+    # Webhooks: retried with exponential backoff and jitter for this long, then failed;
+    # callback URLs to loopback, link-local and private addresses only when allowed.
+    webhook_retry_for_s: float = 3600.0
+    webhook_allow_private: bool = False
+
+    def jobs_service_url(self) -> str:
+        """Where gateways proxy async requests: SLUICE_JOBS_URL, else this admin API."""
+        if self.jobs_url:
+            return self.jobs_url
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "", "::") else self.api_host
+        return f"http://{host}:{self.api_port}"
+
+    def worker_gateway(self) -> str:
+        """The gateway `sluice worker` sends jobs through."""
+        return self.worker_gateway_url or f"http://127.0.0.1:{self.gateway_port}"
+
     def breaker(self) -> dict[str, float]:
         """The snapshot's "breaker" section (docs/contracts.md)."""
         return {"window_s": self.breaker_window_s, "error_threshold": self.breaker_error_rate,
@@ -298,6 +326,18 @@ def _access_logs(value: str) -> tuple[Any, ...]:
     return parse_sources(value)
 
 
+def _amqp_url(value: str) -> str | None:
+    """`amqp://user:password@host:5672/vhost` (amqps:// for TLS)."""
+    value = value.strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise _Reason("must be a URL such as amqp://user:password@host:5672/%2F")
+    _port_of(parts)
+    return value
+
+
 def _database_url(value: str) -> str | None:
     value = value.strip()
     if value and "://" not in value:
@@ -392,12 +432,21 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_INTERNAL_TLS_CERT": ("internal_tls_cert", _readable_file),
     "SLUICE_INTERNAL_TLS_KEY": ("internal_tls_key", _readable_file),
     "SLUICE_INTERNAL_CA": ("internal_ca", _readable_file),
+    "SLUICE_AMQP_URL": ("amqp_url", _amqp_url),
+    "SLUICE_JOBS_URL": ("jobs_url", lambda v: _http_url(v.strip()) if v.strip() else None),
+    "SLUICE_WORKER_GATEWAY_URL": ("worker_gateway_url",
+                                  lambda v: _http_url(v.strip()) if v.strip() else None),
+    "SLUICE_JOB_LEASE_S": ("job_lease_s", _positive_float),
+    "SLUICE_JOB_WAIT_MAX_S": ("job_wait_max_s", _positive_float),
+    "SLUICE_JOB_SWEEP_INTERVAL": ("job_sweep_interval", _positive_float),
+    "SLUICE_WEBHOOK_RETRY_FOR_S": ("webhook_retry_for_s", _positive_float),
+    "SLUICE_WEBHOOK_ALLOW_PRIVATE": ("webhook_allow_private", _bool),
 }
 
 
 # values that may carry a password or token: errors name the variable and the
 # problem, never the value (nor a Python message that may quote part of it)
-_SECRET_VARIABLES = {"DATABASE_URL", "SLUICE_REDIS_URL", "SLUICE_SCALING_WEBHOOK",
+_SECRET_VARIABLES = {"DATABASE_URL", "SLUICE_REDIS_URL", "SLUICE_AMQP_URL", "SLUICE_SCALING_WEBHOOK",
                      "SLUICE_ADMIN_TOKEN", "SLUICE_GATEWAY_TOKEN", "SLUICE_AGENT_TOKEN",
                      "SLUICE_SECRET_KEY"}
 
@@ -568,6 +617,24 @@ DESCRIPTIONS: dict[str, str | tuple[str, str]] = {
     "SLUICE_INTERNAL_CA": ("none (system store)",
                            "PEM CA the control plane (and the gateway itself) verifies "
                            "https:// internal listeners against"),
+    "SLUICE_AMQP_URL": ("none (`sluice up`: a private RabbitMQ under `var/rabbitmq`)",
+                        "`amqp://user:password@host:5672/vhost` (`amqps://` for TLS): the "
+                        "broker async jobs are queued in"),
+    "SLUICE_JOBS_URL": ("`http://<SLUICE_API_HOST or 127.0.0.1>:<SLUICE_API_PORT>`",
+                        "where `sluice gateway` hands async requests (`Prefer: "
+                        "respond-async`, `/v1/jobs`, `/v1/files`, `/v1/batches`)"),
+    "SLUICE_WORKER_GATEWAY_URL": ("`http://127.0.0.1:<SLUICE_GATEWAY_PORT>`",
+                                  "the gateway `sluice worker` sends jobs through"),
+    "SLUICE_JOB_LEASE_S": "seconds a running job is a worker's before another may take it "
+                          "over; also bounds the worker's wait for the gateway",
+    "SLUICE_JOB_WAIT_MAX_S": "seconds a job may keep waiting for room in its model's pool "
+                             "before it fails",
+    "SLUICE_JOB_SWEEP_INTERVAL": "seconds between sweeps for jobs a broker lost or a dead "
+                                 "worker held",
+    "SLUICE_WEBHOOK_RETRY_FOR_S": "seconds a webhook delivery is retried (exponential "
+                                  "backoff with jitter) before it is marked failed",
+    "SLUICE_WEBHOOK_ALLOW_PRIVATE": "allow callback URLs to loopback, link-local and "
+                                    "private addresses (refused by default: SSRF)",
     # read outside Settings, by one process each
     "SLUICE_CONFIG": ("none", "a `KEY=VALUE` file overlaying the environment; the "
                       "controller reads it again on `SIGHUP`"),

@@ -41,7 +41,7 @@ MAX_BATCH_BYTES = 8 << 20      # per file per pass; the rest waits for the next 
 PRUNE_EVERY = 600.0            # seconds between retention passes
 COLUMNS = ("ts", "gateway", "request_id", "consumer", "plan", "model_name", "backend",
            "method", "path", "status", "latency", "upstream_latency", "prompt_tokens",
-           "completion_tokens", "cache_status", "error_type", "bytes_sent")
+           "completion_tokens", "cache_status", "error_type", "bytes_sent", "queue_wait")
 COPY_SQL = f"COPY inference_logs ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT csv)"
 _LIMITS = {"request_id": 128, "consumer": 128, "plan": 128, "model_name": 128,
            "backend": 128, "method": 16, "path": 1024, "cache_status": 16,
@@ -103,7 +103,7 @@ def to_row(gateway: str, line: bytes) -> tuple | None:
             _int(rec.get("latency_ms")), _int(rec.get("upstream_ms")),
             _int(rec.get("prompt_tokens")), _int(rec.get("completion_tokens")),
             _text(rec, "cache_status", "cache"), _text(rec, "error_type"),
-            _int(rec.get("bytes_sent")))
+            _int(rec.get("bytes_sent")), _int(rec.get("queue_ms")))
 
 
 def log_files(path: Path) -> list[tuple[int, Path, int]]:

@@ -1,9 +1,10 @@
 """`sluice up`: the whole of Sluice on one machine, for a newcomer's first minutes.
 
 Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL is
-given), migrations to head, the admin UI's first user, demo backends, the admin API (gunicorn), demo data through
-the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA made under var/tls)
-and the controller. Prints how to call it, writes
+given), migrations to head, the admin UI's first user, RabbitMQ (a private node under
+var/rabbitmq unless SLUICE_AMQP_URL is given), demo backends, the admin API (gunicorn),
+demo data through the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA
+made under var/tls), the controller and one `sluice worker` (async jobs, batches). Prints how to call it, writes
 the same facts to var/sluice-up.json (mode 0600), then supervises: a child that dies
 (nginx and PostgreSQL included) is logged and started again with backoff
 (runtime/supervisor.py), the others keep running. On SIGINT/SIGTERM it stops every
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from control_plane import migrate
 from control_plane.demo import fleet
-from control_plane.runtime import certs, postgres, procs
+from control_plane.runtime import certs, postgres, procs, rabbitmq
 from control_plane.runtime.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway, GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
@@ -107,6 +108,7 @@ class Stack:
     workers: int = 2
     supervisor: Supervisor = field(default_factory=Supervisor)
     cluster: postgres.Cluster | None = None
+    broker: rabbitmq.Broker | None = None
     gateway: Gateway | None = None
 
     def start(self) -> dict:
@@ -126,6 +128,7 @@ class Stack:
         print("sluice up: migrating the database to head", flush=True)
         migrate.upgrade(db_url)
         admin_password = _first_admin(db_url, creds["admin_password"])
+        amqp_url = os.environ.get("SLUICE_AMQP_URL") or self._private_broker()
 
         env = dict(os.environ, DATABASE_URL=db_url,
                    SLUICE_ADMIN_TOKEN=creds["admin_token"],
@@ -134,7 +137,10 @@ class Stack:
                    SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
                    SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port),
                    SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}",
-                   SLUICE_CONTROLLER_METRICS_PORT=str(cp_metrics_port))
+                   SLUICE_CONTROLLER_METRICS_PORT=str(cp_metrics_port),
+                   SLUICE_AMQP_URL=amqp_url,
+                   SLUICE_JOBS_URL=f"http://127.0.0.1:{api_port}",
+                   SLUICE_WORKER_GATEWAY_URL=f"http://127.0.0.1:{gw_port}")
         env.setdefault("SLUICE_MODEL_SLA", fleet.DEMO_SLAS)
         backend_urls = self._demo_backends(env, logs)
 
@@ -153,11 +159,13 @@ class Stack:
                                              tls_key=tls_key,
                                              token=creds["gateway_token"],
                                              workers=self.workers,
+                                             jobs_url=f"http://127.0.0.1:{api_port}",
                                              **_gateway_settings()))
         self.gateway.start()
         self.supervisor.add("gateway", self.gateway)
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)
+        self._spawn("worker", [sys.executable, "-m", "control_plane.cli", "worker"], env, logs)
         self._wait_served(admin.config_version())
 
         info = {
@@ -177,6 +185,7 @@ class Stack:
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
             "database_url": db_url,
+            "amqp_url": amqp_url,
             "logs": str(logs),
         }
         out = self.var / "sluice-up.json"
@@ -198,6 +207,13 @@ class Stack:
         if not postgres.database_exists(self.cluster.url(), "sluice"):
             return self.cluster.create_database("sluice")
         return self.cluster.url("sluice")
+
+    def _private_broker(self) -> str:
+        self.broker = rabbitmq.Broker(self.var / "rabbitmq")
+        print(f"sluice up: RabbitMQ under {self.broker.workdir}", flush=True)
+        self.broker.start()
+        self.supervisor.add("rabbitmq", self.broker)
+        return self.broker.url
 
     def _spawn(self, name: str, args: list[str], env: dict, logs: Path) -> Process:
         child = Process(args, env=env, log=logs / f"{name}.log", cwd=REPO)
@@ -280,6 +296,11 @@ Try:
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
   (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
   X-Sluice-Route-Version or X-Sluice-Fallback header)
+
+Async (202 and a job; GET the Location with the same key for the answer):
+  curl -si {info['gateway_url']}/v1/chat/completions -H 'Prefer: respond-async' \
+    -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
 
 Over HTTPS, trusting the demo CA:
   curl -s --cacert {info['ca_cert']} {info['gateway_tls_url']}/v1/chat/completions \\

@@ -26,7 +26,9 @@ PACKAGES=(
 # curl: the HTTPS / HTTP/2 tests call the gateway with it; nodejs runs the JS SDK's
 # tests (clients/js) against a real gateway; jq picks fields out of the admin API's
 # answers in the documentation's examples (tests/e2e/test_docs_examples.py runs them).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs jq)
+# rabbitmq-server: `sluice up` and the tests run private RabbitMQ nodes (images only
+# connect to a broker: SLUICE_AMQP_URL).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

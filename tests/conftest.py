@@ -68,3 +68,20 @@ def empty_db_url(pg_server_url):
     url = postgres.create_database(pg_server_url, name)
     yield url
     postgres.drop_database(pg_server_url, name)
+
+
+@pytest.fixture(scope="session")
+def amqp_url():
+    """URL of a private RabbitMQ node for the session (never the machine's own); a
+    missing rabbitmq-server fails the test loudly. Tests that restart a broker start
+    their own (control_plane.runtime.rabbitmq.Broker)."""
+    from control_plane.runtime.rabbitmq import Broker
+
+    top = Path(tempfile.mkdtemp(prefix="sluice-test-rmq-"))
+    broker = Broker(top)
+    broker.start()
+    try:
+        yield broker.url
+    finally:
+        broker.stop()
+        shutil.rmtree(top, ignore_errors=True)

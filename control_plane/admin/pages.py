@@ -231,7 +231,11 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        choices=lambda _s: [(p, p) for p in PRIORITIES],
                        help="Who is refused first when a model's backends are full."),
                  Input("priority_header", "Callers may lower it (X-Sluice-Priority)",
-                       "checkbox", default=False)],
+                       "checkbox", default=False),
+                 Input("queue_timeout_ms", "Queue wait (ms)", "number", blank_is_null=True,
+                       help="How long a request waits for a slot of a full model; empty: "
+                            "the priority's default (critical 10000, standard 2000, "
+                            "best_effort 0 = refused at once).")],
          columns=[("Name", lambda p: p.name), ("Req/s", lambda p: f"{p.rate_per_second:g}"),
                   ("Burst", lambda p: p.burst or "1 s worth"),
                   ("Concurrent", lambda p: _limit(p.max_concurrent)),
@@ -239,7 +243,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                   ("Per month", lambda p: _limit(p.monthly_requests)),
                   ("Tokens/month", lambda p: _limit(p.monthly_tokens)),
                   ("Overrides", lambda p: ", ".join(sorted(p.model_overrides)) or "—"),
-                  ("Priority", lambda p: p.priority)],
+                  ("Priority", lambda p: p.priority),
+                  ("Queue wait", lambda p: f"{p.queue_timeout()} ms")],
          related=("admin.quota_usage", "Quota usage")),
     Page("keys", "API keys", "API key", KEYS, KeySchema(),
          inputs=[Input("consumer_id", "Consumer", "ref", required=True,

@@ -14,7 +14,8 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
-from control_plane.services import audit, health, inference_logs, scaling, telemetry
+from control_plane.controller.gateway_client import GatewayClient
+from control_plane.services import audit, health, inference_logs, queues, scaling, telemetry
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -153,6 +154,24 @@ def backend_health() -> Response:
     """Backend and model readiness from the controller's health checks."""
     query_args({})
     return jsonify(health.report(db()))
+
+
+@bp.get("/queues")
+def queue_depths() -> Response:
+    """Requests waiting in the gateways' queues at saturation, per model and class,
+    read from every live gateway now (the admin process needs SLUICE_GATEWAY_TOKEN)."""
+    query_args({})
+    settings = current_app.config["SLUICE_SETTINGS"]
+    gateways = queues.live_gateways(db(), settings)
+    if not settings.gateway_token:
+        return jsonify({"sampled_at": None, "models": {}, "gateways": {},
+                        "unreachable": {name: "no gateway token (SLUICE_GATEWAY_TOKEN)"
+                                        for name in gateways}})
+    client = GatewayClient.from_settings(settings)
+    try:
+        return jsonify(queues.collect(client, gateways))
+    finally:
+        client.close()
 
 
 def _set_actor() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Response, jsonify
 
-from control_plane.api import observability, telemetry, usage
+from control_plane.api import jobs_admin, observability, telemetry, usage
 from control_plane.api.schemas import GATEWAY_REGISTRATION
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
@@ -181,6 +181,10 @@ def _get(tag: str, op: str, schema: dict[str, Any], params: list | None = None,
     return {"get": out}
 
 
+_QUEUE_DEPTH = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                "description": "critical, standard, best_effort (and total)"}
+
+
 def _other_paths() -> dict[str, Any]:
     p = API_PREFIX
     page = {"type": "object", "required": ["items"],
@@ -227,6 +231,15 @@ def _other_paths() -> dict[str, Any]:
                              _object(window_seconds={"type": "number"}, models=_OBJECTS),
                              [], 422),
         p + "/health": _get("health", "backend_health", _OBJECT, [], 422),
+        p + "/queues": _get("health", "queue_depths", _object(
+            sampled_at={"type": ["number", "null"]},
+            models={"type": "object", "additionalProperties": _QUEUE_DEPTH,
+                    "description": "waiting requests per model, summed over the gateways"},
+            gateways={"type": "object", "additionalProperties": {
+                "type": "object", "additionalProperties": _QUEUE_DEPTH}},
+            unreachable={"type": "object", "additionalProperties": {"type": "string"}}),
+            [], 422, summary="requests waiting for a slot of a saturated model, per "
+                             "model and priority class, read from every live gateway"),
         p + "/usage": _get("usage", "daily_usage",
                            _object(since={"type": "string", "format": "date"},
                                    until={"type": "string", "format": "date"},
@@ -249,6 +262,26 @@ def _other_paths() -> dict[str, Any]:
         p + "/fleet": _get("gateways", "fleet_summary", _OBJECT,
                            summary="gateways live, stale, gone and on the current version; "
                                    "the active controller"),
+        p + "/consumers/{id}/webhook-secret": {"parameters": [_ID_PARAM], "post": {
+            "tags": ["jobs"], "operationId": "set_webhook_secret",
+            "summary": "a new webhook signing secret for the consumer, shown this once",
+            "responses": _responses(201, _object(consumer_id={"type": "integer"},
+                                                 secret={"type": "string"}), 404, 422)}},
+        p + "/jobs": _get("jobs", "list_jobs", _object(items=_OBJECTS),
+                          _query(jobs_admin.JOB_PARAMS), 422,
+                          summary="recent async jobs, newest first"),
+        p + "/jobs/stats": _get("jobs", "job_stats",
+                                _object(by_status=_OBJECT, by_model=_OBJECT,
+                                        oldest_queued_s={"type": ["number", "null"]}),
+                                [], 422, summary="queue depth: jobs by status and model"),
+        p + "/webhook-deliveries": _get("jobs", "list_webhook_deliveries",
+                                        _object(items=_OBJECTS),
+                                        _query(jobs_admin.DELIVERY_PARAMS), 422,
+                                        summary="webhook deliveries, newest first"),
+        p + "/webhook-deliveries/{id}/resend": {"parameters": [_ID_PARAM], "post": {
+            "tags": ["jobs"], "operationId": "resend_webhook_delivery",
+            "summary": "deliver that delivery's job again (a new delivery)",
+            "responses": _responses(201, _OBJECT, 404, 422)}},
         OPENAPI_PATH: {"get": {"tags": ["meta"], "operationId": "openapi",
                                "summary": "this document (no token needed)",
                                "security": [],

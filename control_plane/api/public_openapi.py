@@ -178,6 +178,58 @@ SCHEMAS: dict[str, Any] = {
                        "outputs": {"type": "array", "items": {"type": "object"}}}},
 }
 
+# Async jobs and the Batch API (docs/contracts.md, "Async jobs, webhooks and the Batch API")
+_TIME = {"type": ["number", "null"], "description": "unix seconds"}
+SCHEMAS.update({
+    "Job": {"type": "object", "required": ["id", "object", "status"], "properties": {
+        "id": {"type": "string"}, "object": {"const": "job"},
+        "status": {"type": "string",
+                   "enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+        "model": {"type": ["string", "null"]}, "endpoint": {"type": "string"},
+        "priority": {"type": "string", "enum": ["critical", "standard", "best_effort"]},
+        "attempts": {"type": "integer"}, "created_at": _TIME, "started_at": _TIME,
+        "finished_at": _TIME, "callback_url": {"type": ["string", "null"]},
+        "result": {"type": "object", "description": "the gateway's answer, as a "
+                   "synchronous call would have got it",
+                   "properties": {"status_code": {"type": "integer"},
+                                  "content_type": {"type": ["string", "null"]},
+                                  "body": {}}},
+        "error": {"type": "object", "description": "the error object of a failed answer"},
+    }},
+    "FileObject": {"type": "object", "required": ["id", "object", "bytes", "filename",
+                                                  "purpose", "created_at", "status"],
+                   "properties": {"id": {"type": "string"}, "object": {"const": "file"},
+                                  "bytes": {"type": "integer"},
+                                  "filename": {"type": "string"},
+                                  "purpose": {"type": "string"},
+                                  "created_at": {"type": "integer"},
+                                  "status": {"type": "string"}}},
+    "FileUpload": {"type": "object", "required": ["purpose", "file"], "properties": {
+        "purpose": {"const": "batch"},
+        "file": {"type": "string", "contentMediaType": "application/jsonl",
+                 "description": "one request per line: {custom_id, method, url, body}"}}},
+    "BatchCreate": {"type": "object", "required": ["input_file_id", "endpoint",
+                                                   "completion_window"],
+                    "properties": {"input_file_id": {"type": "string"},
+                                   "endpoint": {"type": "string", "enum": [
+                                       "/v1/chat/completions", "/v1/completions",
+                                       "/v1/embeddings"]},
+                                   "completion_window": {"const": "24h"},
+                                   "metadata": {"type": ["object", "null"]}}},
+    "Batch": {"type": "object", "required": ["id", "object", "status", "endpoint",
+                                             "input_file_id", "request_counts"],
+              "properties": {"id": {"type": "string"}, "object": {"const": "batch"},
+                             "status": {"type": "string"},
+                             "endpoint": {"type": "string"},
+                             "input_file_id": {"type": "string"},
+                             "output_file_id": {"type": ["string", "null"]},
+                             "error_file_id": {"type": ["string", "null"]},
+                             "request_counts": {"type": "object", "properties": {
+                                 "total": {"type": "integer"},
+                                 "completed": {"type": "integer"},
+                                 "failed": {"type": "integer"}}}}},
+})
+
 HEADERS = {
     "X-Request-Id": {"description": "the request's id (the caller's when valid)",
                      "schema": {"type": "string"}},
@@ -233,14 +285,51 @@ def _ok(schema: str, *, stream: str | None = None, cache: bool = False) -> dict[
             **_errors()}
 
 
+_ASYNC_PARAMS = [
+    {"name": "Prefer", "in": "header", "required": False,
+     "schema": {"type": "string", "examples": ["respond-async"]},
+     "description": "`respond-async`: answer 202 with a job at once; the answer comes by "
+                    "GET /v1/jobs/{id} or the callback"},
+    {"name": "X-Sluice-Callback-Url", "in": "header", "required": False,
+     "schema": {"type": "string", "format": "uri"},
+     "description": "with respond-async: POST the ended job here, signed "
+                    "(X-Sluice-Signature: t=<unix>,v1=<HMAC-SHA256 hex>)"},
+]
+_ACCEPTED = {"description": "accepted as a job (Prefer: respond-async)",
+             "headers": {"Location": {"description": "/v1/jobs/{id}",
+                                      "schema": {"type": "string"}},
+                         "X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"}},
+             "content": {JSON: {"schema": _ref("Job")}}}
+
+
 def _post(op: str, summary: str, request: str, answer: str, *, path_model: bool = False,
           stream: str | None = None, cache: bool = False) -> dict[str, Any]:
     out = {"post": {"operationId": op, "summary": summary,
+                    "parameters": _ASYNC_PARAMS,
                     "requestBody": {"required": True,
                                     "content": {JSON: {"schema": _ref(request)}}},
-                    "responses": _ok(answer, stream=stream, cache=cache)}}
+                    "responses": {**_ok(answer, stream=stream, cache=cache),
+                                  "202": _ACCEPTED}}}
     if path_model:
         out["parameters"] = [_MODEL_PARAM]
+    return out
+
+
+_ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+
+def _plain(op: str, summary: str, answer: str, *, body: str | None = None,
+           media: str = JSON) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": op, "summary": summary,
+                           "responses": {**_errors(), "200": {
+                               "description": "OK", "content": {
+                                   media: {"schema": _ref(answer) if answer
+                                           else {"type": "string"}}}}}}
+    if body == "multipart":
+        out["requestBody"] = {"required": True, "content": {
+            "multipart/form-data": {"schema": _ref("FileUpload")}}}
+    elif body:
+        out["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(body)}}}
     return out
 
 
@@ -269,6 +358,26 @@ PATHS: dict[str, Any] = {
                                         path_model=True, cache=True),
     "/v2/models/{model}/infer": _post("v2_infer", "Open Inference Protocol v2 tensors",
                                       "V2Request", "V2Answer", path_model=True, cache=True),
+    "/v1/jobs/{id}": {"parameters": _ID,
+                      "get": _plain("get_job", "an async job of this key's consumer", "Job"),
+                      "delete": _plain("cancel_job", "cancel a queued job (409 otherwise)",
+                                       "Job")},
+    "/v1/files": {"post": _plain("upload_file", "OpenAI Files API: a batch's JSONL input",
+                                 "FileObject", body="multipart")},
+    "/v1/files/{id}": {"parameters": _ID,
+                       "get": _plain("get_file", "a file of this key's consumer",
+                                     "FileObject")},
+    "/v1/files/{id}/content": {"parameters": _ID,
+                               "get": _plain("file_content", "a file's bytes (JSONL)", "",
+                                             media="application/jsonl")},
+    "/v1/batches": {"post": _plain("create_batch", "OpenAI Batch API: one job per line",
+                                   "Batch", body="BatchCreate")},
+    "/v1/batches/{id}": {"parameters": _ID,
+                         "get": _plain("get_batch", "a batch of this key's consumer",
+                                       "Batch")},
+    "/v1/batches/{id}/cancel": {"parameters": _ID,
+                                "post": _plain("cancel_batch", "cancel a batch's queued "
+                                               "lines", "Batch")},
 }
 
 

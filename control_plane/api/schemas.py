@@ -8,8 +8,9 @@ from typing import Any
 from control_plane import backend_tls
 from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
-from control_plane.models import (MAX_WEIGHT, METRICS_FORMATS, PRIORITIES, PROTOCOLS, ApiKey,
-                                  Backend, Consumer, Gateway, JwtIssuer, Mapping, Model, Plan)
+from control_plane.models import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
+                                  PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
+                                  Mapping, Model, Plan)
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
@@ -198,6 +199,8 @@ class PlanSchema(Schema):
         "model_overrides": Field(v.object_of(PLAN_LIMITS)),
         "priority": Field(v.one_of(*PRIORITIES)),
         "priority_header": Field(v.boolean),
+        # null: the class's default (critical 10 s, standard 2 s, best-effort 0)
+        "queue_timeout_ms": Field(v.integer(0, MAX_QUEUE_TIMEOUT_MS), nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -207,6 +210,7 @@ class PlanSchema(Schema):
                 "daily_requests": p.daily_requests, "monthly_requests": p.monthly_requests,
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
                 "priority": p.priority, "priority_header": p.priority_header,
+                "queue_timeout_ms": p.queue_timeout_ms,
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 

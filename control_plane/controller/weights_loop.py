@@ -4,7 +4,8 @@
     free GPU memory per backend (fresh telemetry) ─┤
     free capacity from backends' /metrics (fresh) ─┼─> weights.compute() per pool
     coefficients per model (NULL: settings)       ─┘
-    -> POST /internal/weights {"version": <unix ms>, "weights": {...}} to every gateway
+    -> POST /internal/weights {"version": <unix ms>, "weights": {...},
+                               "saturated": [ids of backends with <= 2 % free]}
 
 A gateway that cannot be scraped still gets the table (computed from the others'
 stats); one that cannot take it keeps its last table until it decays to the static
@@ -27,7 +28,8 @@ from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.models import Gateway, Model
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, telemetry
-from control_plane.services.weights import Coefficients, OutcomeWindow, compute, pools_of
+from control_plane.services.weights import (Coefficients, OutcomeWindow, compute, pools_of,
+                                            saturated)
 from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.weights")
@@ -72,13 +74,15 @@ class WeightsLoop:
                 select(Model.name, Model.weight_coefficients)
                 .where(Model.weight_coefficients.is_not(None)))}
         default = Coefficients(*settings.weight_coefficients)
-        table = compute(pools_of(snapshot), coefficients, default, free, self.window,
-                        latencies, now)
+        pools = pools_of(snapshot)
+        table = compute(pools, coefficients, default, free, self.window, latencies, now)
         # unix ms: increases across controller restarts, so gateways accept it; and
         # above any version a gateway holds (another controller's clock may run ahead)
         version = max(int(time.time() * 1000), self.last_version + 1, self._held + 1)
         body = {"version": version, "weights": table,
-                "hold_s": max(5.0, 5 * settings.weights_interval)}
+                "hold_s": max(5.0, 5 * settings.weights_interval),
+                # GPUs full: the gateways queue instead of sending more
+                "saturated": saturated(pools, free)}
         parallel(urls, lambda u: self._push(u, body))
         if table != self.last_table:
             log.info("weights version=%d %s", version,

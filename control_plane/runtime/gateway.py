@@ -93,6 +93,9 @@ class GatewayConfig:
     internal_tls_cert: Path | None = None
     internal_tls_key: Path | None = None
     internal_ca: Path | None = None
+    # Async jobs, files and batches: the jobs service (`sluice api`) this gateway
+    # hands them to (lua/sluice/jobs.lua); None: such requests get 503.
+    jobs_url: str | None = None
 
 
 def _is_root() -> bool:
@@ -179,6 +182,8 @@ def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
     certificate = (f"ssl_certificate {_nginx_path(cfg.tls_cert, 'tls_cert')};\n"
                    f"        ssl_certificate_key {_nginx_path(cfg.tls_key, 'tls_key')};")
     return "\n        ".join(lines), certificate
+
+
 def _internal_tls(cfg: GatewayConfig) -> tuple[str, str]:
     """The internal listener's `listen` flag and TLS directives ("" without TLS)."""
     if not cfg.internal_tls_cert and not cfg.internal_tls_key:
@@ -199,6 +204,20 @@ def _internal_tls(cfg: GatewayConfig) -> tuple[str, str]:
         "ssl_protocols TLSv1.2 TLSv1.3;",
         "ssl_prefer_server_ciphers off;",
         "ssl_session_tickets off;"))
+
+
+_JOBS_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$")
+
+
+def _jobs_proxy(url: str | None) -> str:
+    """The jobs location's proxy_pass (scheme, host and port only: the URI passes
+    as it is), or a 503 when no jobs service is configured."""
+    if not url:
+        return "return 503;   # no jobs service configured (SLUICE_JOBS_URL)"
+    url = url.rstrip("/")
+    if not _JOBS_URL_RE.match(url):
+        raise ValueError("jobs_url must be http(s)://host[:port], without a path")
+    return f"proxy_pass {url};"
 
 
 def render(cfg: GatewayConfig) -> str:
@@ -237,6 +256,7 @@ def render(cfg: GatewayConfig) -> str:
         "redis": redis,
         "resolver_directive": resolver,
         "system_ca_file": SYSTEM_CA_FILE,
+        "jobs_proxy": _jobs_proxy(cfg.jobs_url),
     }
 
     def fill(m: re.Match) -> str:

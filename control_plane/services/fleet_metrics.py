@@ -19,6 +19,7 @@ DURATION_BUCKET = "sluice_request_duration_seconds_bucket"
 WEIGHT = "sluice_backend_weight"
 CIRCUIT = "sluice_backend_circuit_state"
 CIRCUIT_NAMES = {0: "closed", 1: "open", 2: "half-open"}
+QUEUE_DEPTH = "sluice_queue_depth"   # waiting requests per model and class (a gauge)
 _LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -42,7 +43,8 @@ def parse(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
 
 
 def summarize(texts: Iterable[str]) -> dict[str, Any]:
-    """Requests, 5xx answers and latency buckets per model; requests per backend."""
+    """Requests, 5xx answers, latency buckets and waiting requests ("queued", now) per
+    model; requests per backend."""
     models: dict[str, dict[str, Any]] = {}
     backends: dict[str, dict[str, float]] = {}
     for text in texts:
@@ -54,8 +56,11 @@ def summarize(texts: Iterable[str]) -> dict[str, Any]:
                 _gauge(backends.setdefault(labels["backend"],
                                            {"requests": 0.0, "errors": 0.0}), name, value)
                 continue
-            entry = models.setdefault(model, {"requests": 0.0, "errors": 0.0, "buckets": {}})
-            if name == REQUESTS:
+            entry = models.setdefault(model, {"requests": 0.0, "errors": 0.0, "buckets": {},
+                                              "queued": 0.0})
+            if name == QUEUE_DEPTH:
+                entry["queued"] += value   # summed over classes and gateways
+            elif name == REQUESTS:
                 entry["requests"] += value
                 status = labels.get("status", "")
                 is_error = status.isdigit() and int(status) >= 500

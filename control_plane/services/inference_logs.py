@@ -55,6 +55,7 @@ def render(row: InferenceLog) -> dict[str, Any]:
         "upstream_latency_ms": row.upstream_latency, "prompt_tokens": row.prompt_tokens,
         "completion_tokens": row.completion_tokens, "cache_status": row.cache_status,
         "error_type": row.error_type, "bytes_sent": row.bytes_sent,
+        "queue_ms": row.queue_wait,
     }
 
 

@@ -87,6 +87,7 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
     entry["models"] = plan.model_overrides or {}
     entry["priority"] = plan.priority
     entry["priority_header"] = plan.priority_header
+    entry["queue_timeout_ms"] = plan.queue_timeout()
     return entry
 
 

@@ -113,6 +113,22 @@ class Pool:
     backend_names: tuple[str, ...]
 
 
+# A backend whose fresh free fraction (GPU memory from agents, or the free capacity a
+# scrape of its model server reports) is at most this is saturated: the gateway then
+# sends it no more than it has in flight, and its pool queues (lua/sluice/admission.lua).
+SATURATED_FREE = 0.02
+
+
+def saturated(pools: Iterable[Pool], free: Mapping[str, float],
+              threshold: float = SATURATED_FREE) -> list[str]:
+    """Ids of the backends whose fresh free fraction is at or below `threshold`;
+    a backend without a fresh figure is never saturated."""
+    out = {str(bid) for pool in pools
+           for bid, name in zip(pool.backend_ids, pool.backend_names)
+           if name in free and free[name] <= threshold}
+    return sorted(out, key=int)
+
+
 def pools_of(snapshot: Mapping) -> list[Pool]:
     """The pools of a snapshot: per model and protocol, backends with weight > 0."""
     pools = []

@@ -20,12 +20,19 @@
 -- context survives redirects, sluice/context.lua),
 -- so error_page redirects, timeouts and client aborts (all end in the log phase)
 -- give it back too.
+--
+-- A request its class would refuse waits instead (sluice/queue.lua), up to its plan's
+-- `queue_timeout_ms` (absent: 0, refused at once as before), for a slot handed out by
+-- class, round robin over consumers within one. A newcomer counts the waiters of its
+-- class and above, and the slots handed to waiters, as taken: it never overtakes.
 -- FIXME: the check (access) and the count (balancer) are apart: nothing yields
 -- between them in one worker, but N workers can each admit the last free slot at
 -- once, overshooting a limit by up to N - 1. A worker that dies mid-request leaks its
 -- counts until nginx restarts.
 local balancer = require("sluice.balancer")
+local weights = require("sluice.weights")
 local metrics = require("sluice.metrics")
+local queue = require("sluice.queue")
 local cjson = require("cjson.safe")
 
 local ngx = ngx
@@ -47,6 +54,7 @@ local dict = ngx.shared.sluice_inflight
 local BEST_EFFORT_SHARE = 0.8
 local CRITICAL_HEADROOM = 0.25
 local RETRY_AFTER = 1   -- seconds: in-flight requests of a model end quickly or time out
+local MAX_WAIT_MS = 600000
 local RANKS = { best_effort = 1, standard = 2, critical = 3 }
 local NAMES = { "best_effort", "standard", "critical" }
 local STANDARD = RANKS.standard
@@ -77,6 +85,12 @@ function _M.validate(s)
                 if present(p.priority_header) and type(p.priority_header) ~= "boolean" then
                     return where .. ".priority_header: must be a boolean"
                 end
+                local q = p.queue_timeout_ms
+                if present(q) and (type(q) ~= "number" or q < 0 or q > MAX_WAIT_MS
+                                   or floor(q) ~= q) then
+                    return where .. ".queue_timeout_ms: must be an integer from 0 to "
+                           .. MAX_WAIT_MS .. " or null"
+                end
             end
         end
     end
@@ -94,13 +108,15 @@ function _M.validate(s)
     return nil
 end
 
--- Snapshot plans -> { [plan id] = { rank = 1..3, header = boolean } }
+-- Snapshot plans -> { [plan id] = { rank = 1..3, header = boolean, wait = seconds } }
 function _M.compile(plans)
     local out = {}
     if type(plans) == "table" then
         for id, p in pairs(plans) do
+            local q = p.queue_timeout_ms
             out[tostring(id)] = { rank = present(p.priority) and RANKS[p.priority] or STANDARD,
-                                  header = p.priority_header == true }
+                                  header = p.priority_header == true,
+                                  wait = present(q) and q / 1000 or 0 }
         end
     end
     return out
@@ -112,10 +128,11 @@ function _M.capacity_of(b)
     return present(v) and v or nil
 end
 
+-- The request's class rank and how long it may wait (seconds; nil rank: bad header).
 local function class_of(snap, consumer)
     local p = consumer.plan_id and snap.priorities and snap.priorities[consumer.plan_id]
     if not p then
-        return STANDARD
+        return STANDARD, 0
     end
     if p.header then
         local h = ngx_var.http_x_sluice_priority
@@ -124,36 +141,45 @@ local function class_of(snap, consumer)
             if not asked then
                 return nil
             end
-            return asked < p.rank and asked or p.rank
+            return asked < p.rank and asked or p.rank, p.wait
         end
     end
-    return p.rank
+    return p.rank, p.wait
 end
 
 -- In flight to the pool's usable backends, and their capacity (nil: unlimited or
--- no usable backend, so admission does not apply).
+-- no usable backend, so admission does not apply). A backend the controller's
+-- weight push names saturated (its GPUs are full, sluice/weights.lua) takes no more
+-- than it has in flight: its capacity is that count, with or without max_in_flight.
 local function load(pool)
     balancer.refresh(pool, ngx_now())
+    local sat = weights.saturated()
     local backends, eff = pool.backends, pool.eff
-    local cap, busy = 0, 0
+    local cap, busy, full = 0, 0, false
     for i = 1, pool.n do
         if eff[i] > 0 then
-            local m = backends[i].max_in_flight
-            if not m then
+            local b = backends[i]
+            local n = dict:get("b:" .. b.id_s) or 0
+            local m = b.max_in_flight
+            if sat and sat[b.id_s] then
+                m, full = n, true
+            elseif not m then
                 return nil
             end
             cap = cap + m
-            busy = busy + (dict:get("b:" .. backends[i].id_s) or 0)
+            busy = busy + n
         end
     end
-    if cap == 0 then
+    if cap == 0 and not full then
         return nil
     end
     return busy, cap
 end
 
 local function limit(rank, cap)
-    if rank == 1 then
+    if cap == 0 then
+        return 0   -- every usable backend saturated and idle: nothing goes
+    elseif rank == 1 then
         return max(1, floor(cap * BEST_EFFORT_SHARE))
     elseif rank == 2 then
         return cap
@@ -161,9 +187,19 @@ local function limit(rank, cap)
     return cap + ceil(cap * CRITICAL_HEADROOM)
 end
 
--- Access phase, before a backend is chosen: returns 400 (bad X-Sluice-Priority) or
--- 503 (saturated) with type, message, extra for the error template; else nil.
-function _M.admit(snap, consumer, model_name, pool)
+-- Dispatch (sluice.queue): may one more slot be handed to class `rank`, with
+-- `reserved` slots handed out (this one included)?
+local function room(pool, rank, reserved)
+    local busy, cap = load(pool)
+    return not busy or busy + reserved <= limit(rank, cap)
+end
+queue.init(room)
+
+-- Access phase, before a backend is chosen: returns 400 (bad X-Sluice-Priority),
+-- 503 (saturated: no wait allowed, or the wait ended without a slot) or 499 (the
+-- caller went away while waiting) with type, message, extra for the error template;
+-- else nil, perhaps after a wait (sluice.queue writes ctx.queue_slot, ctx.queue_ms).
+function _M.admit(ctx, snap, consumer, model_name, pool)
     if not pool.capped_checked then
         -- one pass per compiled pool: does any backend have a capacity at all?
         local capped = false
@@ -172,19 +208,27 @@ function _M.admit(snap, consumer, model_name, pool)
         end
         pool.capped, pool.capped_checked = capped, true
     end
-    local rank = class_of(snap, consumer)
+    local rank, wait = class_of(snap, consumer)
     if not rank then
         return 400, "invalid_request",
                "X-Sluice-Priority must be critical, standard or best_effort"
     end
-    if not pool.capped then
+    if not pool.capped and not weights.saturated() then
         return
     end
     local busy, cap = load(pool)
-    if not busy or busy < limit(rank, cap) then
+    if not busy then
+        return
+    end
+    local taken = busy + queue.reserved(pool) + queue.ahead(pool, rank)
+    if taken < limit(rank, cap) then
         return
     end
     local name = NAMES[rank]
+    if wait > 0 then
+        return queue.wait(ctx, pool, model_name, rank, name, consumer.key_id or tostring(consumer.id),
+                          wait, cap)
+    end
     metrics.inc("sluice_requests_shed_total", 1, model_name, name)
     return 503, "backend_unavailable", "model " .. model_name
            .. " is saturated (" .. busy .. " requests in flight, capacity "
@@ -201,7 +245,8 @@ local function leave(id)
     end
 end
 
--- Balancer phase, every attempt: count it against the backend it goes to.
+-- Balancer phase, every attempt: count it against the backend it goes to (a slot a
+-- waiter was handed becomes this count: sluice.queue clears ctx.queue_slot).
 function _M.attempt(ctx)
     local id = ctx.pool.backends[ctx.backend_index].id_s
     local prior = ctx.inflight
@@ -215,18 +260,20 @@ function _M.attempt(ctx)
     if err then
         ngx_log(ERR, "in-flight count of backend ", id, " unavailable: ", err)
         ctx.inflight = nil
-        return
+    else
+        ctx.inflight = id
     end
-    ctx.inflight = id
+    queue.claim(ctx)
 end
 
--- Log phase: the request is over; give its count back.
+-- Log phase: the request is over; give its count back, and the slot to a waiter.
 function _M.release(ctx)
     local id = ctx.inflight
     if id then
         ctx.inflight = nil
         leave(id)
     end
+    queue.release(ctx, ctx.pool)
 end
 
 -- Requests in flight to backend `id` (string).
@@ -234,7 +281,24 @@ function _M.in_flight(id)
     return dict:get("b:" .. id) or 0
 end
 
--- At scrape time (GET /metrics): the in-flight gauge of every backend served.
+-- Requests waiting for a slot, per model served and class, over its pools:
+-- { [model] = { critical = n, standard = n, best_effort = n } }.
+function _M.queues(snap)
+    local out = {}
+    if not snap then return out end
+    for name, model in pairs(snap.models) do
+        local sum = { 0, 0, 0 }
+        for _, pool in pairs(model.pools) do
+            local d = queue.depth(pool)
+            for c = 1, 3 do sum[c] = sum[c] + d[c] end
+        end
+        out[name] = { best_effort = sum[1], standard = sum[2], critical = sum[3] }
+    end
+    return out
+end
+
+-- At scrape time (GET /metrics): the in-flight gauge of every backend served, the
+-- queue depth of every model with a capacity.
 function _M.export_metrics(snap)
     if not snap then return end
     for name, model in pairs(snap.models) do
@@ -244,6 +308,11 @@ function _M.export_metrics(snap)
                 metrics.set("sluice_backend_in_flight", _M.in_flight(b.id_s), name,
                             b.name or b.id_s)
             end
+        end
+    end
+    for name, depth in pairs(_M.queues(snap)) do
+        for class, n in pairs(depth) do
+            metrics.set("sluice_queue_depth", n, name, class)
         end
     end
 end

@@ -62,6 +62,7 @@ local function compile_model(s, name, m, maps)
             pool = { backends = {}, weights = {}, current = {}, n = 0, total = 0,
                      drained = 0, protocol = b.protocol, mapping = maps[b.mapping],
                      eff = {}, open = {}, usable = 0,
+                     qkey = name .. "/" .. key,   -- its queue's keys (sluice.queue)
                      w_gen = -1, b_gen = -1, next_refresh = 0 }
             pools[key] = pool
             order[#order + 1] = key

@@ -43,12 +43,16 @@
 --  tried, tries       balancer      indexes tried in this pass, their count
 --  tried_ids          balancer      backend ids tried, every pass ("3,7" for the log)
 --  inflight           admission     backend id whose in-flight count this holds
+--  queue_slot         queue         pool whose slot this waiter was handed, until the
+--                                   balancer counts it (sluice/queue.lua)
+--  queue_ms           queue         ms this request waited for a slot (log line)
 --  cache, cache_status  cache       response-cache state of this pass; the log's "cache"
 --  conv               convert       protocol conversion state of this pass
 --  fallback_to        fallback      the fallback model armed
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
+--  job_id             jobs          the job a worker's request runs (never made async again)
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
 -- restored context starts a new pass without them (restore() clears them).

@@ -15,6 +15,7 @@ local ngx = ngx
 local ngx_var = ngx.var
 local ngx_req = ngx.req
 local re_match = ngx.re.match
+local jobs = require("sluice.jobs")
 
 local _M = {}
 
@@ -57,6 +58,7 @@ function _M.match()
             end
         end
     end
+    endpoint = endpoint or jobs.endpoint(uri, ngx_req.get_method())   -- jobs, files, batches
     if not endpoint then
         return nil, 404, "not_found", "no endpoint at " .. uri
     end

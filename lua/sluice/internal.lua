@@ -146,7 +146,8 @@ local function get_stats()
         s.circuit = breaker.state(id, now)
         s.in_flight = admission.in_flight(id)
     end
-    return errors.json(200, { backends = out, weights_version = weights.status().version })
+    return errors.json(200, { backends = out, weights_version = weights.status().version,
+                              queues = admission.queues(snap) })
 end
 
 local function push_usage()

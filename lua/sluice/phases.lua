@@ -23,6 +23,7 @@ local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
@@ -68,6 +69,7 @@ end
 
 function _M.init(opts)
     internal.init(opts.token)
+    jobs.init(opts.token)   -- the worker token of jobs run on a consumer's behalf
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
@@ -151,13 +153,16 @@ local function admit(ctx)
 
     -- on success: consumer, attributes; on failure: nil, status, type, message
     local consumer, status
-    consumer, status, err_type, msg = auth.authenticate(snap)
+    consumer, status, err_type, msg = jobs.authenticate(snap)   -- or a job's worker
     if not consumer then
         return status, err_type, msg
     end
     -- what routing conditions test: the consumer's attributes, JWT claims over them
     ctx.attributes = status
     ctx.consumer = consumer
+    if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
+        return jobs.serve(snap, consumer)
+    end
 
     if endpoint.method == "GET" then
         return catalog.serve(snap, consumer, path_model)
@@ -176,6 +181,9 @@ local function admit(ctx)
     ctx.model_name = model_name
     if not auth.allowed(consumer, model_name) then
         return 403, "forbidden", "this key may not use model " .. model_name
+    end
+    if jobs.wanted() then   -- Prefer: respond-async: stored and queued as a job
+        return jobs.submit(snap, consumer, model_name)
     end
 
     local extra
@@ -206,7 +214,7 @@ local function admit(ctx)
     if hit_type then
         return 200, hit_type, hit
     end
-    status, err_type, msg, extra = admission.admit(snap, consumer, model_name, pool)
+    status, err_type, msg, extra = admission.admit(ctx, snap, consumer, model_name, pool)
     if status then
         return status, err_type, msg, extra
     end
@@ -242,6 +250,8 @@ function _M.access()
     local status, err_type, msg, extra = admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
+    elseif status == 499 then   -- the caller went away while it waited for a slot
+        return ngx_exit(499)
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end

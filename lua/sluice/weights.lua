@@ -8,6 +8,11 @@
 -- each backend's static (snapshot) weight over DECAY seconds (a push may set both,
 -- "hold_s" and "decay_s"): a gateway whose
 -- controller died ends up on the operator's static weights, never on nothing.
+--
+-- A push may also name backends whose GPUs are full ("saturated": ids, from fresh
+-- telemetry or scrapes): admission (sluice/admission.lua) takes no more requests to
+-- them than they have in flight, so their pool queues; the names count only while
+-- the table is fresh (not after HOLD), never from a table that stopped arriving.
 local cjson = require("cjson.safe")
 
 local ngx = ngx
@@ -15,6 +20,8 @@ local ngx_now = ngx.now
 local type = type
 local pairs = pairs
 local ipairs = ipairs
+local next = next
+local setmetatable = setmetatable
 local tostring = tostring
 local floor = math.floor
 
@@ -48,6 +55,13 @@ local function validate(t)
             return nil, "weights." .. id .. ": must be an integer in 0..1000"
         end
     end
+    local sat = t.saturated
+    if sat ~= nil then
+        if type(sat) ~= "table" then return nil, "saturated: must be a list of ids" end
+        for _, id in pairs(sat) do
+            if type(id) ~= "string" then return nil, "saturated: must be a list of ids" end
+        end
+    end
     return true
 end
 
@@ -79,11 +93,18 @@ function _M.push(raw)
     return t.version
 end
 
+local cached_saturated = {}   -- set of backend ids, from the same push
+
 local function current()
     local gen = dict:get("gen") or 0
     if gen ~= cached_gen then
         local t = cjson.decode(dict:get("raw") or "")
         cached = (t and t.weights) or {}
+        local set = {}
+        for _, id in ipairs(t and type(t.saturated) == "table" and t.saturated or {}) do
+            set[id] = true
+        end
+        cached_saturated = set
         cached_gen = gen
     end
     return cached, gen
@@ -126,6 +147,26 @@ end
 -- The decoded table this worker uses (and its generation).
 _M.current = current
 
+-- Ids of saturated(), as a sorted list (GET /internal/weights).
+function _M.saturated_ids()
+    local out = {}
+    for id in pairs(_M.saturated() or {}) do
+        out[#out + 1] = id
+    end
+    table.sort(out)
+    return out
+end
+
+-- The backends the last push says are saturated (a set of ids), while it is fresh;
+-- nil when none are.
+function _M.saturated()
+    current()
+    if next(cached_saturated) == nil or _M.decay_factor() > 0 then
+        return nil
+    end
+    return cached_saturated
+end
+
 -- What GET /internal/weights answers.
 function _M.status()
     local t = current()
@@ -137,6 +178,8 @@ function _M.status()
         state = (not age and "static") or (f <= 0 and "fresh")
                 or (f < 1 and "decaying") or "static",
         weights = t,
+        -- the backends taken as saturated now (fresh pushes only)
+        saturated = setmetatable(_M.saturated_ids(), cjson.empty_array_mt),
     }
 end
 

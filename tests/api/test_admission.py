@@ -83,3 +83,26 @@ def test_bad_breaker_settings_name_the_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         load_settings({name: value})
     assert Settings().breaker()["error_threshold"] == 0.3
+
+
+def test_plan_queue_timeout_defaults_by_class_and_reaches_the_snapshot(api, make):
+    plans = {p: make("plan", name=f"q-{p}", priority=p)
+             for p in ("critical", "standard", "best_effort")}
+    assert all(p["queue_timeout_ms"] is None for p in plans.values())
+    custom = make("plan", name="q-custom", priority="standard", queue_timeout_ms=500)
+    assert custom["queue_timeout_ms"] == 500
+
+    snap = api("get", "/snapshot").get_json()["plans"]
+    # null in the API: the class's bound goes to the gateway
+    assert {p: snap[str(plans[p]["id"])]["queue_timeout_ms"] for p in plans} == {
+        "critical": 10000, "standard": 2000, "best_effort": 0}
+    assert snap[str(custom["id"])]["queue_timeout_ms"] == 500
+
+    r = api("patch", f"/plans/{custom['id']}", json={"queue_timeout_ms": None})
+    assert r.status_code == 200 and r.get_json()["queue_timeout_ms"] is None
+    assert api("get", "/snapshot").get_json()["plans"][str(custom["id"])][
+        "queue_timeout_ms"] == 2000
+    for bad in (-1, 600_001, 1.5, "100", True):
+        r = api("patch", f"/plans/{custom['id']}", json={"queue_timeout_ms": bad})
+        assert r.status_code == 422, bad
+        assert set(r.get_json()["error"]["fields"]) == {"queue_timeout_ms"}

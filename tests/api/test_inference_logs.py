@@ -38,8 +38,10 @@ def shipped(engine, tmp_path):
     ones by bob, one 2-day-old line, one line that is not ours."""
     lines = [line(f"c-{i}", latency=i, status=502 if i % 10 == 0 else 200)
              for i in range(1, 101)]
-    lines += [line(f"p-{i}", model="predict-demo", consumer="bob", latency=2000)
-              for i in range(5)]
+    # bob's waited in the gateway's queue; the others' lines have no queue_ms (as a
+    # gateway from before the queue writes them)
+    lines += [line(f"p-{i}", model="predict-demo", consumer="bob", latency=2000,
+                   queue_ms="250") for i in range(5)]
     lines += [line("old-1", age_s=2 * 86400), "not json at all"]
     path = tmp_path / "access.log"
     path.write_text("\n".join(lines) + "\n")
@@ -54,6 +56,9 @@ def test_search_filters(api, shipped):
     [item] = r.get_json()["items"]
     assert item["latency_ms"] == 7 and item["model"] == "chat-demo" and item["gateway"] == "gw"
     assert item["upstream_latency_ms"] is None and item["bytes_sent"] == 100
+    assert item["queue_ms"] is None
+    [item] = api("get", "/logs?request_id=p-1").get_json()["items"]
+    assert item["queue_ms"] == 250
     r = api("get", "/logs?consumer=bob&limit=1000")
     assert {i["request_id"] for i in r.get_json()["items"]} == {f"p-{i}" for i in range(5)}
     r = api("get", "/logs?model=chat-demo&status=502&limit=1000")

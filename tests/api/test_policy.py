@@ -28,7 +28,8 @@ def test_plan_crud_and_snapshot(api, make):
         "max_concurrent": 3, "daily_requests": 1000, "monthly_requests": None,
         "monthly_tokens": 50000,
         "models": {"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}},
-        "priority": "standard", "priority_header": False}}
+        "priority": "standard", "priority_header": False,
+        "queue_timeout_ms": 2000}}   # the standard class's wait (the plan sets none)
     assert snap["consumers"][str(consumer["id"])]["plan_id"] == plan["id"]
 
     # a plan in use cannot go; once free it can

@@ -9,7 +9,7 @@ import pytest
 from control_plane import cli
 
 HANDLERS = ("_api", "_controller", "_shipper", "_migrate", "_gateway", "_create_admin",
-            "_agent", "_up")
+            "_agent", "_up", "_worker")
 
 
 def parse(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> str:

@@ -158,4 +158,4 @@ def test_every_sluice_command_parses(config, monkeypatch):
     commands += [["sluice", "gateway", "--prefix", "/var/lib/sluice/gateway"],
                  ["sluice", "shipper"]]
     handlers = {parse(monkeypatch, cmd[1:]) for cmd in commands}
-    assert handlers == {"_migrate", "_api", "_controller", "_gateway", "_shipper"}
+    assert handlers == {"_migrate", "_api", "_controller", "_gateway", "_shipper", "_worker"}

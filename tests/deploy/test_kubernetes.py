@@ -96,7 +96,7 @@ def test_rendered_kustomization_is_valid(name, offline):
 @pytest.mark.parametrize("name", ["base", "overlays/production"])
 def test_every_container_has_requests_limits_and_runs_unprivileged(name):
     workloads = [d for d in rendered(name) if pod_spec(d) is not None]
-    assert len(workloads) == 4, [d["metadata"]["name"] for d in workloads]
+    assert len(workloads) == 5, [d["metadata"]["name"] for d in workloads]
     for doc in workloads:
         pod = pod_spec(doc)
         assert pod["securityContext"]["runAsNonRoot"] is True, doc["metadata"]["name"]
@@ -243,4 +243,4 @@ def test_every_command_parses_with_the_sluice_cli(name, monkeypatch):
     commands = {tuple(c["command"]) for d in rendered(name) for c in containers(d)}
     handlers = {parse(monkeypatch, list(cmd[1:])) for cmd in commands}
     assert all(cmd[0] == "sluice" for cmd in commands), commands
-    assert handlers == {"_api", "_controller", "_gateway", "_shipper", "_migrate"}
+    assert handlers == {"_api", "_controller", "_gateway", "_shipper", "_migrate", "_worker"}

@@ -111,6 +111,19 @@ def _demo_features(info: dict) -> None:
     daily = next(q for q in usage["quotas"] if q["quota"] == "daily_requests")
     assert daily["used"] >= 4 and daily["remaining"] == daily["limit"] - daily["used"]
 
+    # async: 202 and a job at once; its answer by polling (up started RabbitMQ and a worker)
+    sub = requests.post(info["gateway_url"] + "/v1/chat/completions", timeout=10,
+                        headers={"Authorization": f"Bearer {info['demo_api_key']}",
+                                 "Prefer": "respond-async"},
+                        json={"model": "chat-demo",
+                              "messages": [{"role": "user", "content": "later"}]})
+    assert sub.status_code == 202, sub.text
+    job = _poll(lambda: requests.get(info["gateway_url"] + sub.headers["Location"], timeout=5,
+                                     headers={"Authorization": f"Bearer {info['demo_api_key']}"}
+                                     ).json(),
+                lambda j: j["status"] == "succeeded")
+    assert job["result"]["body"]["choices"][0]["message"]["content"] == "echo: later"
+
 
 def test_up_serves_prints_how_and_stops_everything(var):
     ports = procs.free_ports(5)

@@ -17,6 +17,7 @@ import requests
 from control_plane.runtime import procs
 from control_plane.runtime.admin import AdminClient
 from control_plane.runtime.gateway import Gateway, GatewayConfig
+from jobs_harness import Receiver, job_env, start_worker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,6 +35,8 @@ class Stack:
     api_port: int = field(default_factory=procs.free_port)
     gateways: list = field(default_factory=list)
     children: dict = field(default_factory=dict)
+    # more environment for every child (async jobs: SLUICE_AMQP_URL, ...)
+    extra_env: dict = field(default_factory=dict)
 
     @property
     def admin_url(self) -> str:
@@ -56,7 +59,8 @@ class Stack:
                     SLUICE_ADMIN_TOKEN=self.admin_token,
                     SLUICE_GATEWAY_TOKEN=self.gateway_token, SLUICE_SECRET_KEY=self.secret_key,
                     SLUICE_AGENT_TOKEN=self.agent_token,
-                    SLUICE_API_PORT=str(self.api_port), SLUICE_CONTROLLER_INTERVAL="0.2")
+                    SLUICE_API_PORT=str(self.api_port), SLUICE_CONTROLLER_INTERVAL="0.2",
+                    **self.extra_env)
 
     def write_config(self, gateways: list[Gateway]) -> None:
         """The controller's SLUICE_CONFIG file: which gateways to push to."""
@@ -85,7 +89,8 @@ class Stack:
         port, internal_port = procs.free_ports(2)
         gw = Gateway(GatewayConfig(prefix=self.tmp / name, port=port,
                                    internal_port=internal_port,
-                                   token=self.gateway_token, workers=2))
+                                   token=self.gateway_token, workers=2,
+                                   jobs_url=f"http://127.0.0.1:{self.api_port}"))
         gw.start()
         self.gateways.append(gw)
         return gw
@@ -175,6 +180,49 @@ def demo(stack):
     stack.wait_served()
     return {"model": model, "backend": backend, "consumer": consumer, "key": key,
             "backend_url": url}
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def jobs_stack(db_url, amqp_url):
+    """Async jobs (tests/integration/test_jobs*.py): API, controller, one gateway and
+    one worker, on the session's broker; a chat model on a demo backend; consumers
+    alice and bob with a key each."""
+    top = Path(tempfile.mkdtemp(prefix="sluice-jobs-"))
+    top.chmod(0o755)
+    s = Stack(top, db_url)
+    try:
+        gw = s.new_gateway("gw1")
+        s.extra_env.update(job_env(amqp_url, gw.url))
+        s.write_config([gw])
+        s.start_api()
+        s.start_controller()
+        start_worker(s)
+        url = s.start_backend("chat-a")
+        admin = s.admin
+        model = admin.create("models", name="chat-demo", timeout_ms=5000)
+        admin.create("backends", name="chat-a", model_id=model["id"], url=url,
+                     protocol="openai", weight=100)
+        keys = {}
+        for name in ("alice", "bob"):
+            consumer = admin.create("consumers", name=name)
+            keys[name] = (consumer, admin.create("keys", consumer_id=consumer["id"],
+                                                 name="ci")["key"])
+        s.wait_served()
+        s.keys = keys
+        yield s
+        # a Lua runtime error is a bug even when every answer looked right
+        log = s.gateway.error_log.read_text(errors="replace")
+        assert "runtime error" not in log and "[alert]" not in log, log[-3000:]
+    finally:
+        s.teardown()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture

@@ -63,3 +63,13 @@ def test_compute_over_a_snapshot():
     table = compute(pools, {"m": Coefficients(1, 0, 0)}, DEFAULT, {"a": 0.9, "b": 0.1},
                     OutcomeWindow(), {}, now=0)
     assert table == {"1": 900, "2": 100, "4": 1000}
+
+
+def test_saturated_backends_are_those_with_almost_no_free_room():
+    from control_plane.services.weights import SATURATED_FREE, Pool, saturated
+    pools = [Pool("chat", "openai", (1, 2, 3), ("a", "b", "c")),
+             Pool("asr", "predict", (10,), ("d",))]
+    free = {"a": 0.0, "b": SATURATED_FREE, "c": 0.5, "d": 0.01}
+    # "c" has room; a backend without a fresh figure ("e") is never saturated
+    assert saturated(pools, free) == ["1", "2", "10"]
+    assert saturated(pools, {}) == []

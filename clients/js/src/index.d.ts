@@ -62,7 +62,35 @@ export class Sluice {
   predict(model: string, input: unknown, params?: Record<string, unknown>, options?: { signal?: AbortSignal }): Promise<unknown>;
   models(): Promise<string[]>;
   request(method: string, path: string, body?: unknown, options?: { signal?: AbortSignal }): Promise<unknown>;
+
+  /** Prefer: respond-async: the job at once (status "queued"). */
+  submit(model: string, messages?: Message[] | null, options?: RequestOptions & { endpoint?: string; body?: Record<string, unknown>; callbackUrl?: string }): Promise<Job>;
+  /** GET /v1/jobs/{id}. */
+  job(id: string, options?: { signal?: AbortSignal }): Promise<Job>;
+  /** DELETE /v1/jobs/{id}: cancel a queued job. */
+  cancel(id: string, options?: { signal?: AbortSignal }): Promise<Job>;
+  /** Poll until the job ends; its answer is job.result.body. */
+  wait(job: string | Job, options?: { timeout?: number; poll?: number; maxPoll?: number; signal?: AbortSignal }): Promise<Job>;
 }
+
+export interface Job {
+  id: string;
+  object: "job";
+  status: "queued" | "running" | "succeeded" | "failed" | "cancelled";
+  model: string | null;
+  endpoint: string;
+  priority: "critical" | "standard" | "best_effort";
+  attempts: number;
+  created_at: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+  callback_url: string | null;
+  result?: { status_code: number; content_type: string | null; body: unknown };
+  error?: { code: number; type: string; message: string; [k: string]: unknown };
+}
+
+/** Check X-Sluice-Signature against the raw body with the consumer's webhook secret. */
+export function verifySignature(secret: string, header: string | null | undefined, body: string | Uint8Array | ArrayBuffer, tolerance?: number, now?: number): Promise<boolean>;
 
 export class Model {
   constructor(name: string, client?: Sluice | null);

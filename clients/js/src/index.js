@@ -11,6 +11,7 @@
 // timed out waiting for its answer is not sent again: it may have run.
 
 const RETRY_STATUSES = new Set([429, 503]);
+const FINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
 
 // ---- errors ------------------------------------------------------------------------------
 
@@ -163,6 +164,51 @@ export class Sluice {
     return answer && typeof answer === "object" ? answer.output : answer;
   }
 
+  // ---- async jobs ----------------------------------------------------------------------
+
+  // Ask for an async answer (Prefer: respond-async): the job ({ id, status: "queued", ... })
+  // at once; wait() for the answer, or have it POSTed to callbackUrl, signed (see
+  // verifySignature). `body` is the whole request for `endpoint`; by default a chat
+  // request of `messages` and the other options.
+  async submit(model, messages, { endpoint = "/v1/chat/completions", body, callbackUrl,
+    signal, ...params } = {}) {
+    if (body === undefined) {
+      if (!messages) throw new TypeError("give messages (a chat request) or body");
+      body = { model, messages: [...messages], ...params };
+    }
+    const headers = { Prefer: "respond-async" };
+    if (callbackUrl) headers["X-Sluice-Callback-Url"] = callbackUrl;
+    const resp = await this._send("POST", endpoint, body, { signal, headers });
+    return resp.json();
+  }
+
+  // GET /v1/jobs/{id}: the job as it is now.
+  async job(id, { signal } = {}) {
+    return this.request("GET", `/v1/jobs/${encodeURIComponent(id)}`, undefined, { signal });
+  }
+
+  // DELETE /v1/jobs/{id}: cancel a job that is still queued (409 otherwise).
+  async cancel(id, { signal } = {}) {
+    return this.request("DELETE", `/v1/jobs/${encodeURIComponent(id)}`, undefined, { signal });
+  }
+
+  // Poll a job until it ends (succeeded, failed, cancelled) and return it; its answer,
+  // as a synchronous call would have given it, is job.result.body. Polls every `poll`
+  // ms, growing to maxPoll; APITimeoutError after `timeout` ms.
+  async wait(job, { timeout = 600_000, poll = 250, maxPoll = 5_000, signal } = {}) {
+    const id = typeof job === "string" ? job : job.id;
+    const deadline = Date.now() + timeout;
+    for (let delay = poll; ; delay = Math.min(maxPoll, delay * 1.5)) {
+      const current = await this.job(id, { signal });
+      if (FINAL_STATES.has(current.status)) return current;
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new APITimeoutError(`job ${id} is still ${current.status} after ${timeout} ms`);
+      }
+      await sleep(Math.min(delay, left));
+    }
+  }
+
   // The names of the models (and routes) this key may use.
   async models() {
     const answer = await this.request("GET", "/v1/models");
@@ -181,11 +227,12 @@ export class Sluice {
     }
   }
 
-  async _send(method, path, body, { stream = false, signal } = {}) {
+  async _send(method, path, body, { stream = false, signal, headers: extra = {} } = {}) {
     const headers = {
       Authorization: `Bearer ${this.apiKey}`,
       Accept: stream ? "text/event-stream" : "application/json",
       ...this.headers,
+      ...extra,
     };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const url = this.baseURL + path;
@@ -310,6 +357,53 @@ export class Model {
   generate(input, options = {}) { return this.client.generate(this.name, input, options); }
   chat(messages, options = {}) { return this.client.chat(this.name, messages, options); }
   predict(input, params, options) { return this.client.predict(this.name, input, params, options); }
+}
+
+// ---- webhooks ----------------------------------------------------------------------------
+
+const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+
+function sameText(a, b) {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+// Check a Sluice webhook's X-Sluice-Signature ("t=<unix>,v1=<hex HMAC-SHA256 of
+// "<t>.<body>">") against the raw body (a string or bytes) with the consumer's webhook
+// secret; a time further than `tolerance` seconds from now is refused (replays).
+// Resolves to true or false, never throws on a malformed header. WebCrypto: Node 18+,
+// browsers, Deno, Bun. A delivery may come twice: deduplicate by the job's id.
+export async function verifySignature(secret, header, body, tolerance = 300, now = undefined) {
+  if (!secret || !header) return false;
+  let t = null;
+  const sigs = [];
+  for (const part of String(header).split(",")) {
+    const i = part.indexOf("=");
+    if (i < 0) return false;
+    const key = part.slice(0, i).trim();
+    const value = part.slice(i + 1).trim();
+    if (key === "t") {
+      if (!/^[0-9]+$/.test(value)) return false;
+      t = Number(value);
+    } else if (key === "v1") {
+      sigs.push(value);
+    }
+  }
+  if (t === null || !sigs.length) return false;
+  const current = now ?? Date.now() / 1000;
+  if (Math.abs(current - t) > tolerance) return false;
+  const enc = new TextEncoder();
+  const bytes = typeof body === "string" ? enc.encode(body) : new Uint8Array(body);
+  const prefix = enc.encode(`${t}.`);
+  const message = new Uint8Array(prefix.length + bytes.length);
+  message.set(prefix);
+  message.set(bytes, prefix.length);
+  const key = await globalThis.crypto.subtle.importKey(
+    "raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const expected = hex(await globalThis.crypto.subtle.sign("HMAC", key, message));
+  return sigs.some((sig) => sameText(expected, sig));
 }
 
 export default Sluice;

@@ -6,6 +6,8 @@
     from sluice_client import Sluice
     client = Sluice("http://127.0.0.1:8000", "sk-...")
     client.model("chat-demo").generate("hi", stream=True, callback=print)
+    job = client.submit("chat-demo", [{"role": "user", "content": "hi"}])   # async
+    client.wait(job)["result"]["body"]
 """
 from sluice_client.client import Model, Sluice
 from sluice_client.errors import (APIConnectionError, APIStatusError, APITimeoutError,
@@ -14,10 +16,11 @@ from sluice_client.errors import (APIConnectionError, APIStatusError, APITimeout
                                   InternalServerError, NotFoundError, PayloadTooLargeError,
                                   PermissionDeniedError, RateLimitError,
                                   ServiceUnavailableError, SluiceError)
+from sluice_client.webhooks import verify_signature
 
 __version__ = "0.1.0"
 
-__all__ = ["Sluice", "Model", "SluiceError", "APIConnectionError", "APITimeoutError",
+__all__ = ["Sluice", "Model", "verify_signature", "SluiceError", "APIConnectionError", "APITimeoutError",
            "APIStatusError", "BadRequestError", "AuthenticationError",
            "PermissionDeniedError", "NotFoundError", "PayloadTooLargeError",
            "RateLimitError", "ContentPolicyError", "InternalServerError", "BackendError",

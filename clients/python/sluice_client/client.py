@@ -29,6 +29,7 @@ from sluice_client import errors
 log = logging.getLogger("sluice_client")
 
 RETRY_STATUSES = frozenset({429, 503})
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 Timeout = Union[float, "tuple[float, float]"]
 Messages = list
 
@@ -133,6 +134,53 @@ class Sluice:
         answer = self.request("POST", f"/api/v1/model/{quote(model, safe='')}/infer", body)
         return answer.get("output") if isinstance(answer, dict) else answer
 
+    # ---- async jobs ----------------------------------------------------------------------
+
+    def submit(self, model: str, messages: Optional[Messages] = None, *,
+               endpoint: str = "/v1/chat/completions", body: Optional[dict] = None,
+               callback_url: Optional[str] = None, **params: Any) -> dict:
+        """Ask for an async answer (Prefer: respond-async): returns the job (a dict with
+        its "id" and "status" "queued") at once; `wait()` for the answer, or have it
+        POSTed to `callback_url`, signed (see `verify_signature`). `body` is the whole
+        request for `endpoint`; by default a chat request of `messages` and `params`."""
+        if body is None:
+            if messages is None:
+                raise ValueError("give messages (a chat request) or body")
+            body = {"model": model, "messages": list(messages), **params}
+        headers = {"Prefer": "respond-async"}
+        if callback_url:
+            headers["X-Sluice-Callback-Url"] = callback_url
+        resp = self._send("POST", endpoint, body, stream=False, headers=headers)
+        return resp.json()
+
+    def job(self, job_id: str) -> dict:
+        """GET /v1/jobs/{id}: the job as it is now."""
+        return self.request("GET", f"/v1/jobs/{quote(job_id, safe='')}")
+
+    def cancel(self, job_id: str) -> dict:
+        """DELETE /v1/jobs/{id}: cancel a job that is still queued (409 otherwise)."""
+        return self.request("DELETE", f"/v1/jobs/{quote(job_id, safe='')}")
+
+    def wait(self, job: Union[str, dict], timeout: float = 600.0, poll: float = 0.25,
+             max_poll: float = 5.0) -> dict:
+        """Poll a job until it ends (succeeded, failed or cancelled) and return it; its
+        answer, as a synchronous call would have given it, is job["result"]["body"].
+        Polls start every `poll` seconds, growing to `max_poll`; APITimeoutError after
+        `timeout` seconds."""
+        job_id = job if isinstance(job, str) else job["id"]
+        deadline = time.monotonic() + timeout
+        delay = poll
+        while True:
+            current = self.job(job_id)
+            if current.get("status") in FINAL_STATES:
+                return current
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.APITimeoutError(
+                    f"job {job_id} is still {current.get('status')} after {timeout:g} s")
+            time.sleep(min(delay, left))
+            delay = min(max_poll, delay * 1.5)
+
     def models(self) -> list:
         """The names of the models (and routes) this key may use."""
         answer = self.request("GET", "/v1/models")
@@ -154,9 +202,10 @@ class Sluice:
         resp = self._send("POST", path, body, stream=True)   # errors raise here, eagerly
         return _events(resp)
 
-    def _send(self, method: str, path: str, body: Any, *, stream: bool) -> requests.Response:
+    def _send(self, method: str, path: str, body: Any, *, stream: bool,
+              headers: Optional[dict] = None) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
-                   **self.headers}
+                   **self.headers, **(headers or {})}
         if stream:
             headers["Accept"] = "text/event-stream"
         url = self.base_url + path

@@ -193,10 +193,13 @@ class Dashboard {
       tr.append(el("td", model),
         metricCell(r.rps, fmtRate(r.rps), h.rps, `requests per second of ${model}`),
         metricCell(r.errors, fmtShare(r.errors), h.errors, `5xx share of ${model}`),
-        metricCell(r.p99, fmtLatency(r.p99), h.p99, `p99 latency of ${model}`));
+        metricCell(r.p99, fmtLatency(r.p99), h.p99, `p99 latency of ${model}`),
+        // requests waiting in the gateways' queues for a slot, now (not a rate)
+        el("td", status.traffic && status.traffic.models[model]
+          ? String(Math.round(status.traffic.models[model].queued || 0)) : "—"));
       return tr;
     });
-    document.getElementById("traffic-rows").replaceChildren(...(rows.length ? rows : [emptyRow(4, "No models yet.")]));
+    document.getElementById("traffic-rows").replaceChildren(...(rows.length ? rows : [emptyRow(5, "No models yet.")]));
   }
 
   renderBackends(status) {
