@@ -147,8 +147,9 @@ _M.uncount = uncount
 --   monthly_prefix, monthly                monthly request quota
 --   tokens_prefix, tokens, reserve         monthly token quota, tokens to reserve
 -- Sets req.remaining and req.reset (the bucket after this request; unset when the
--- bucket could not be read) and req.token_key (the reservation's counter, for
--- settlement). Returns nil when admitted, else the limit that refused ("rate",
+-- bucket could not be read), req.token_key (the reservation's counter, for
+-- settlement) and req.daily_key, req.monthly_key (the request quotas' counters this
+-- request counted on, for limits.add(key, -1) when it is buffered as a job). Returns nil when admitted, else the limit that refused ("rate",
 -- "daily", "monthly", "tokens") and seconds to wait. A later refusal gives back the
 -- quotas already counted (the rate token stays taken). A broken dict (full) lets the
 -- limit through rather than refuse everybody.
@@ -195,6 +196,7 @@ function _M.take_all(req)
             req.token_key = info
         end
     end
+    req.daily_key, req.monthly_key = daily_key, monthly_key
     return nil
 end
 
