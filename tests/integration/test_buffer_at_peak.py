@@ -77,6 +77,7 @@ def test_best_effort_requests_become_jobs_at_peak_and_quotas_count_once(jobs_sta
             assert r.status_code == 202, r.text
             body = r.json()
             assert r.headers["Location"] == f"/v1/jobs/{body['id']}"
+            assert "Preference-Applied" not in r.headers   # the caller did not ask
             assert body["status"] == "queued" and body["model"] == "narrow"
             assert body["priority"] == "best_effort"
             ids.append(body["id"])
