@@ -4,6 +4,7 @@ Location + the job), run by `sluice worker` through the gateway once the pool ha
 room. Real gateway, controller, PostgreSQL, RabbitMQ, worker and demo backend."""
 from __future__ import annotations
 
+import json
 import threading
 
 import requests
@@ -106,6 +107,9 @@ def test_best_effort_requests_become_jobs_at_peak_and_quotas_count_once(jobs_sta
 
 
 def test_without_the_flag_or_above_best_effort_requests_are_refused_as_before(jobs_stack):
+    """No flag, or a standard class: 503 as before. A caller of a buffering plan who
+    lowers itself to best_effort is buffered, also through a route (the job names the
+    route, and its run is routed again)."""
     stack = jobs_stack
     url = _narrow(stack)
     plain = _consumer(stack, "bulk", priority="best_effort")
@@ -113,6 +117,7 @@ def test_without_the_flag_or_above_best_effort_requests_are_refused_as_before(jo
                          buffer_at_peak=True)
     lowered = _consumer(stack, "lowering", priority="standard", priority_header=True,
                         queue_timeout_ms=0, buffer_at_peak=True)
+    stack.admin.create("routes", name="bulk", versions=[{"model": "narrow", "percent": 100}])
     stack.wait_served()
 
     held = _Held(stack, url, "peak2")
@@ -125,9 +130,27 @@ def test_without_the_flag_or_above_best_effort_requests_are_refused_as_before(jo
         # a caller of a buffering plan that lowers itself to best_effort is buffered
         r = _chat(stack, lowered, headers={"X-Sluice-Priority": "best_effort"})
         assert r.status_code == 202, r.text
-        job_id = r.json()["id"]
+        ids = [r.json()["id"]]
+        # through a route: the job names the route, which chooses again when it runs
+        r = requests.post(stack.gateway.url + "/v1/chat/completions", timeout=10,
+                          json={"model": "bulk", "messages": [{"role": "user",
+                                                               "content": "via route"}]},
+                          headers={"Authorization": f"Bearer {lowered}",
+                                   "X-Sluice-Priority": "best_effort"})
+        assert r.status_code == 202, r.text
+        assert r.json()["model"] == "bulk"
+        ids.append(r.json()["id"])
     finally:
         held.release()
-    done = eventually(lambda: (j := job(stack.gateway.url, lowered, job_id).json())
-                      ["status"] == "succeeded" and j, timeout=40)
-    assert done["result"]["status_code"] == 200
+    for job_id in ids:
+        done = eventually(lambda: (j := job(stack.gateway.url, lowered, job_id).json())
+                          ["status"] == "succeeded" and j, timeout=40)
+        assert done["result"]["status_code"] == 200
+
+    # the job's run went through the route (its body names the route again)
+    log = stack.gateway.prefix / "logs" / "access.log"
+
+    def routed():
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+        return [x for x in lines if x["route"] == "bulk" and x["status"] == "200"]
+    assert eventually(routed, timeout=10)[0]["model"] == "narrow"
