@@ -225,6 +225,9 @@ class Plan(Timestamps, Base):
     # How long its requests wait for a slot of a saturated pool; NULL: the class's
     # default (QUEUE_TIMEOUT_MS), 0: refused at once.
     queue_timeout_ms: Mapped[int | None] = mapped_column(Integer)
+    # A best-effort request refused for saturation becomes an async job (202) instead.
+    buffer_at_peak: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                 server_default="false")
 
     def queue_timeout(self) -> int:
         """The wait bound the gateway applies (ms): the plan's, else its class's."""

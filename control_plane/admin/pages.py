@@ -235,7 +235,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("queue_timeout_ms", "Queue wait (ms)", "number", blank_is_null=True,
                        help="How long a request waits for a slot of a full model; empty: "
                             "the priority's default (critical 10000, standard 2000, "
-                            "best_effort 0 = refused at once).")],
+                            "best_effort 0 = refused at once)."),
+                 Input("buffer_at_peak", "Buffer at peak (best-effort requests a full "
+                       "model refuses become async jobs)", "checkbox", default=False)],
          columns=[("Name", lambda p: p.name), ("Req/s", lambda p: f"{p.rate_per_second:g}"),
                   ("Burst", lambda p: p.burst or "1 s worth"),
                   ("Concurrent", lambda p: _limit(p.max_concurrent)),

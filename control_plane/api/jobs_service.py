@@ -86,8 +86,11 @@ def submit(endpoint: str) -> tuple[Response, int, dict]:
         content_type=request.headers.get("Content-Type"), body=body,
         callback_url=request.headers.get("X-Sluice-Callback-Url") or None),
         allow_private=_settings().webhook_allow_private)
-    return jsonify(jobs.render(job)), 202, {"Location": f"/v1/jobs/{job.id}",
-                                             "Preference-Applied": "respond-async"}
+    headers = {"Location": f"/v1/jobs/{job.id}"}
+    # a request buffered at peak (plan buffer_at_peak) did not ask for it
+    if "respond-async" in request.headers.get("Prefer", "").lower():
+        headers["Preference-Applied"] = "respond-async"
+    return jsonify(jobs.render(job)), 202, headers
 
 
 @bp.get("/v1/jobs/<job_id>")

@@ -201,6 +201,8 @@ class PlanSchema(Schema):
         "priority_header": Field(v.boolean),
         # null: the class's default (critical 10 s, standard 2 s, best-effort 0)
         "queue_timeout_ms": Field(v.integer(0, MAX_QUEUE_TIMEOUT_MS), nullable=True),
+        # best-effort requests refused at saturation become async jobs (202) instead
+        "buffer_at_peak": Field(v.boolean),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -210,7 +212,7 @@ class PlanSchema(Schema):
                 "daily_requests": p.daily_requests, "monthly_requests": p.monthly_requests,
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
                 "priority": p.priority, "priority_header": p.priority_header,
-                "queue_timeout_ms": p.queue_timeout_ms,
+                "queue_timeout_ms": p.queue_timeout_ms, "buffer_at_peak": p.buffer_at_peak,
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 

@@ -88,6 +88,7 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
     entry["priority"] = plan.priority
     entry["priority_header"] = plan.priority_header
     entry["queue_timeout_ms"] = plan.queue_timeout()
+    entry["buffer_at_peak"] = plan.buffer_at_peak
     return entry
 
 

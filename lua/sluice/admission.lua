@@ -85,6 +85,9 @@ function _M.validate(s)
                 if present(p.priority_header) and type(p.priority_header) ~= "boolean" then
                     return where .. ".priority_header: must be a boolean"
                 end
+                if present(p.buffer_at_peak) and type(p.buffer_at_peak) ~= "boolean" then
+                    return where .. ".buffer_at_peak: must be a boolean"
+                end
                 local q = p.queue_timeout_ms
                 if present(q) and (type(q) ~= "number" or q < 0 or q > MAX_WAIT_MS
                                    or floor(q) ~= q) then
@@ -108,7 +111,8 @@ function _M.validate(s)
     return nil
 end
 
--- Snapshot plans -> { [plan id] = { rank = 1..3, header = boolean, wait = seconds } }
+-- Snapshot plans -> { [plan id] = { rank = 1..3, header = boolean, wait = seconds,
+-- buffer = boolean } }
 function _M.compile(plans)
     local out = {}
     if type(plans) == "table" then
@@ -116,7 +120,8 @@ function _M.compile(plans)
             local q = p.queue_timeout_ms
             out[tostring(id)] = { rank = present(p.priority) and RANKS[p.priority] or STANDARD,
                                   header = p.priority_header == true,
-                                  wait = present(q) and q / 1000 or 0 }
+                                  wait = present(q) and q / 1000 or 0,
+                                  buffer = p.buffer_at_peak == true }
         end
     end
     return out
@@ -234,6 +239,17 @@ function _M.admit(ctx, snap, consumer, model_name, pool)
            .. " is saturated (" .. busy .. " requests in flight, capacity "
            .. cap .. "); " .. name .. " requests are refused first",
            { retry_after = RETRY_AFTER }
+end
+
+-- After admit() refused with 503 (saturated): may this request become an async job
+-- instead (sluice/jobs.lua)? Only a best-effort request (its class as ranked above)
+-- of a plan with `buffer_at_peak`.
+function _M.buffers(snap, consumer)
+    local p = consumer.plan_id and snap.priorities and snap.priorities[consumer.plan_id]
+    if not p or not p.buffer then
+        return false
+    end
+    return class_of(snap, consumer) == 1
 end
 
 local function leave(id)

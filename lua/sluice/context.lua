@@ -27,6 +27,8 @@
 --  excerpt            pii           PII-masked start of the body, when enabled
 --  slot               policy        concurrency key held (false: none / given back)
 --  rl_limit, rl_remaining, rl_reset   policy   X-RateLimit-* of a limited consumer
+--  quota_daily, quota_monthly  policy  request-quota counters counted (given back by
+--                                   policy.undo when the request is buffered as a job)
 --  token_key          tokens        token reservation counter (false: settled)
 --  token_reserved     tokens        tokens reserved
 --  usage_total        tokens        total tokens the answer reported

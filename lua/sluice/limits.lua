@@ -147,11 +147,13 @@ _M.uncount = uncount
 --   monthly_prefix, monthly                monthly request quota
 --   tokens_prefix, tokens, reserve         monthly token quota, tokens to reserve
 -- Sets req.remaining and req.reset (the bucket after this request; unset when the
--- bucket could not be read) and req.token_key (the reservation's counter, for
--- settlement). Returns nil when admitted, else the limit that refused ("rate",
--- "daily", "monthly", "tokens") and seconds to wait. A later refusal gives back the
--- quotas already counted (the rate token stays taken). A broken dict (full) lets the
--- limit through rather than refuse everybody.
+-- bucket could not be read), req.token_key (the reservation's counter, for
+-- settlement) and req.daily_key, req.monthly_key (the request quotas' counters this
+-- request counted on, for limits.add(key, -1) when it is buffered as a job or a job's
+-- run is refused for saturation: policy.undo). Returns nil when admitted, else the
+-- limit that refused ("rate", "daily", "monthly", "tokens") and seconds to wait. A
+-- later refusal gives back the quotas already counted (the rate token stays taken). A
+-- broken dict (full) lets the limit through rather than refuse everybody.
 function _M.take_all(req)
     local ok, remaining, reset, wait = _M.take(req.rate_key, req.rate, req.burst)
     if ok == nil then
@@ -195,6 +197,7 @@ function _M.take_all(req)
             req.token_key = info
         end
     end
+    req.daily_key, req.monthly_key = daily_key, monthly_key
     return nil
 end
 

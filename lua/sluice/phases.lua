@@ -201,6 +201,7 @@ local function admit(ctx)
                "the request was refused by content policy " .. violated
     end
 
+    local asked = model_name
     model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
 
     local pool, model
@@ -216,6 +217,22 @@ local function admit(ctx)
     end
     status, err_type, msg, extra = admission.admit(ctx, snap, consumer, model_name, pool)
     if status then
+        -- Saturated. A job's run is retried by the worker later, and a best-effort
+        -- request of a plan with buffer_at_peak becomes a job now (as with Prefer:
+        -- respond-async); either way the plan counts it when it runs, so what
+        -- policy.check and usage.count took goes back (quotas count answers once).
+        if status == 503 then
+            local buffer = not ctx.job_id and admission.buffers(snap, consumer)
+            if buffer or ctx.job_id then
+                policy.undo(ctx)
+                usage.uncount(ctx)
+            end
+            if buffer then
+                routes.unchoose(ctx, endpoint, asked)
+                ctx.model_name = asked
+                return jobs.submit(snap, consumer, asked)
+            end
+        end
         return status, err_type, msg, extra
     end
 

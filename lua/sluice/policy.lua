@@ -130,6 +130,9 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     if req.token_key then
         tokens.hold(ctx, req.token_key, req.reserve)
     end
+    if req.daily_key or req.monthly_key then   -- for undo()
+        ctx.quota_daily, ctx.quota_monthly = req.daily_key, req.monthly_key
+    end
     return nil
 end
 
@@ -166,6 +169,27 @@ end
 function _M.failed(ctx)
     release_slot(ctx)
     tokens.refund(ctx)
+end
+
+-- access: the request is buffered as an async job (plan `buffer_at_peak`), or it is a
+-- job's run refused for saturation (the worker retries it); the job passes through
+-- check() again when it runs, so give back everything check() took that the job will
+-- take again: the slot, the token reservation, the request quotas.
+-- The rate limit's token stays taken (like a refused request's: the gateway did
+-- handle this request).
+function _M.undo(ctx)
+    release_slot(ctx)
+    tokens.refund(ctx)
+    local key = ctx.quota_daily
+    if key then
+        ctx.quota_daily = false
+        limits.add(key, -1)
+    end
+    key = ctx.quota_monthly
+    if key then
+        ctx.quota_monthly = false
+        limits.add(key, -1)
+    end
 end
 
 -- log: whatever is still held.

@@ -260,16 +260,18 @@ local function take_all(req)
     local cmd = new_tab(n, 0)
     cmd[1] = NS .. req.rate_key
     cmd[nkeys + 1], cmd[nkeys + 2] = fmt("%.0f", T), fmt("%.0f", cap)
-    local _, i, daily_i, monthly_i, token_key, day_left, month_left = nil, 1
+    local i, daily_i, monthly_i, token_key, day_left, month_left = 1
+    local daily_key, monthly_key
     if daily then
         i = i + 1
         daily_i = i
-        _, day_left = put_counter(cmd, nkeys, i, req.daily_prefix, "d", 1, daily, now)
+        daily_key, day_left = put_counter(cmd, nkeys, i, req.daily_prefix, "d", 1, daily, now)
     end
     if monthly then
         i = i + 1
         monthly_i = i
-        _, month_left = put_counter(cmd, nkeys, i, req.monthly_prefix, "m", 1, monthly, now)
+        monthly_key, month_left = put_counter(cmd, nkeys, i, req.monthly_prefix, "m", 1,
+                                              monthly, now)
     end
     if tokens then
         token_key, month_left = put_counter(cmd, nkeys, i + 1, req.tokens_prefix, "m",
@@ -289,6 +291,7 @@ local function take_all(req)
     req.remaining, req.reset = floor((cap - ahead) / T), ceil(ahead / 1e6)
     if refused == 0 then
         req.token_key = token_key
+        req.daily_key, req.monthly_key = daily_key, monthly_key
         return nil
     elseif refused == daily_i then
         return "daily", day_left

@@ -244,6 +244,15 @@ function _M.choose(ctx, snap, endpoint, model_name, consumer)
     return target
 end
 
+-- Access phase: the request leaves as an async job naming `asked` (the route), not
+-- the version chosen above; give the body its model name back.
+function _M.unchoose(ctx, endpoint, asked)
+    local target = ctx.route_version
+    if target and target ~= asked and not endpoint.model_in_path then
+        rewrite_body(ctx, target, asked)
+    end
+end
+
 -- header_filter: which version answered, for callers comparing canary and stable.
 function _M.header(ctx, header)
     local target = ctx.route_version

@@ -116,6 +116,17 @@ function _M.count(ctx, endpoint, consumer, model_name)
     end
 end
 
+-- Access phase: the request became an async job (plan `buffer_at_peak`); the job
+-- counts itself when it runs.
+function _M.uncount(ctx)
+    local k = ctx.usage_keys
+    if k then
+        ctx.usage_keys = nil
+        ctx.usage_scan = false
+        dict:incr(k.r, -1, 0, ttl)
+    end
+end
+
 -- Log phase: the tokens the answer reported (ctx.usage_total, set by tokens.lua).
 function _M.log(ctx)
     local k = ctx.usage_keys

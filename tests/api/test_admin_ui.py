@@ -397,10 +397,11 @@ def test_backend_form_sets_gpu_class_and_metrics_endpoint(ui, make, api):
 def test_plan_priority_and_backend_capacity_from_forms(ui, api):
     resp = ui("/admin/plans/new", {"name": "batch", "rate_per_second": "1",
                                    "model_overrides": "{}", "priority": "best_effort",
-                                   "priority_header": "on"})
+                                   "priority_header": "on", "buffer_at_peak": "on"})
     assert resp.status_code == 302, resp.get_data(as_text=True)
     [plan] = api("get", "/plans").get_json()["items"]
     assert (plan["priority"], plan["priority_header"]) == ("best_effort", True)
+    assert plan["buffer_at_peak"] is True
     assert 'value="best_effort" selected' in ui.client.get(
         f"/admin/plans/{plan['id']}").get_data(as_text=True)
     model = api("post", "/models", json={"name": "m"}).get_json()

@@ -34,6 +34,21 @@ def test_plan_priority_and_backend_capacity_reach_the_snapshot(api, make):
     assert snap["plans"][str(plan["id"])]["priority"] == "critical"
 
 
+def test_buffer_at_peak_reaches_the_snapshot(api, make):
+    plain = make("plan", name="plain")
+    assert plain["buffer_at_peak"] is False
+    plan = make("plan", name="bulk", priority="best_effort", buffer_at_peak=True)
+    assert plan["buffer_at_peak"] is True
+    snap = api("get", "/snapshot").get_json()
+    assert snap["plans"][str(plan["id"])]["buffer_at_peak"] is True
+    assert snap["plans"][str(plain["id"])]["buffer_at_peak"] is False
+    r = api("patch", f"/plans/{plan['id']}", json={"buffer_at_peak": False})
+    assert r.status_code == 200 and r.get_json()["buffer_at_peak"] is False
+    r = api("patch", f"/plans/{plan['id']}", json={"buffer_at_peak": "yes"})
+    assert r.status_code == 422
+    assert set(r.get_json()["error"]["fields"]) == {"buffer_at_peak"}
+
+
 def test_priority_changes_are_audited(api, make, app):
     plan = make("plan", name="gold")
     api("patch", f"/plans/{plan['id']}", json={"priority": "critical"})

@@ -193,3 +193,6 @@ def test_invalid_admission_fields_are_refused(gateway, helpers, backends):
     snap["plans"] = {**PLANS, "3": {**PLANS["3"], "priority": "urgent"}}
     r = gateway.push(snap)
     assert r.status_code == 400 and "plans.3.priority" in r.json()["error"]["message"]
+    snap["plans"] = {**PLANS, "3": {**PLANS["3"], "buffer_at_peak": "yes"}}
+    r = gateway.push(snap)
+    assert r.status_code == 400 and "plans.3.buffer_at_peak" in r.json()["error"]["message"]

@@ -323,3 +323,35 @@ def test_refusal_gives_counts_back_in_the_same_round_trip(gateway_factory, helpe
     assert counter(redis_server, "tm") == 2 * reserve
     assert metric(a, "sluice_rate_limited_total", model="chat-demo", plan="p",
                   limit="tokens") == 1
+
+
+def test_a_jobs_run_refused_for_saturation_gives_its_quota_back(gateway_factory, helpers,
+                                                                  backends, redis_server):
+    """A worker's run of a job (worker token, on the consumer's behalf) that a full pool
+    refuses is retried later: the daily count it took in Redis goes back, so a quota
+    of 2 still gives 2 answers (docs/contracts.md, "Buffering at peak")."""
+    gw = gateway_factory(workers=2, redis_url=redis_server.url, redis_failure="open")
+    snap = snapshot(helpers, backends, {"rate_per_second": 1000, "daily_requests": 2})
+    snap["models"]["chat-demo"]["backends"][0]["max_in_flight"] = 1
+    assert gw.push(snap).status_code == 200
+    hold = f"cluster-{time.monotonic_ns()}"
+    holder = threading.Thread(target=lambda: helpers.chat(
+        gw, headers={"X-Demo-Hold": hold}), daemon=True)   # consumer 1: no plan
+    holder.start()
+    try:
+        wait_until(lambda: gw.stats()["backends"]["1"]["in_flight"] == 1, "the hold")
+        for _ in range(3):
+            r = requests.post(gw.url + "/v1/chat/completions", timeout=10,
+                              json={"model": "chat-demo",
+                                    "messages": [{"role": "user", "content": "x"}]},
+                              headers={"X-Sluice-Worker-Token": gw.cfg.token,
+                                       "X-Sluice-On-Behalf-Of": "3",
+                                       "X-Sluice-Job-Id": "job_cluster"})
+            helpers.assert_error(r, 503, "backend_unavailable")
+        assert [redis_server.command("GET", k) for k in quota_keys(redis_server, "qd")] \
+            in ([], ["0"])
+    finally:
+        requests.post(f"http://127.0.0.1:{backends['openai-a'].port}/demo/release/{hold}",
+                      timeout=5)
+        holder.join(10)
+    assert [call(gw).status_code for _ in range(3)] == [200, 200, 429]
