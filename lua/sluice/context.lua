@@ -44,7 +44,11 @@
 --  tried_ids          balancer      backend ids tried, every pass ("3,7" for the log)
 --  inflight           admission     backend id whose in-flight count this holds
 --  cache, cache_status  cache       response-cache state of this pass; the log's "cache"
---  conv               convert       protocol conversion state of this pass
+--  conv               convert       protocol conversion state of this pass (also
+--                                   set in header_filter for a backend's own error
+--                                   answer on a native pair)
+--  upstream_error     convert       start of a backend's own error body (log line)
+--  trace_id, span_id  trace         W3C trace context of this request (log line)
 --  fallback_to        fallback      the fallback model armed
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
