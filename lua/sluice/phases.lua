@@ -26,6 +26,8 @@ local pii = require("sluice.pii")
 local upstream_tls = require("sluice.upstream_tls")
 local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
+local trace = require("sluice.trace")
+local strict = require("sluice.strict")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 local rand = require("openssl.rand")
 
@@ -83,6 +85,7 @@ function _M.init_worker()
     routes.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
     context.init_worker()   -- the gauge of request contexts held
+    trace.init_worker()     -- seeds this worker's trace and span ids
 end
 
 -- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
@@ -129,6 +132,17 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
     upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
 end
 
+-- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
+-- error type for OpenAI callers, so their clients read it as OpenAI's own).
+local function refuse_malformed(endpoint, doc, model)
+    local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        return nil
+    end
+    return 400, endpoint.caller == "openai" and "invalid_request_error" or "invalid_request",
+           why, { param = param }
+end
+
 -- The access steps of a public request, in order. Each returns what it computed, or
 -- a status and error; nothing here ends the request. Returns nil when the request
 -- goes to a backend; a status, type, message[, extra] to refuse it; or 200 and the
@@ -164,7 +178,7 @@ local function admit(ctx)
     end
 
     local model_name, doc
-    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model)
+    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model, snap)
     if not model_name then
         return doc, err_type, msg
     end
@@ -177,8 +191,14 @@ local function admit(ctx)
     if not auth.allowed(consumer, model_name) then
         return 403, "forbidden", "this key may not use model " .. model_name
     end
-
+    -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
+    local asked = model_name
     local extra
+    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
+    if status then
+        return status, err_type, msg, extra
+    end
+
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
                                                 endpoint.caller == "openai")
     if status then
@@ -199,6 +219,12 @@ local function admit(ctx)
     pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
     if not pool then
         return model, err_type, msg
+    end
+    if model_name ~= asked then
+        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)
+        if status then
+            return status, err_type, msg, extra
+        end
     end
     ctx.model_name = model_name
 
@@ -239,6 +265,7 @@ function _M.access()
     local ctx = ngx.ctx
     context.stash(ctx)
     request_id(ctx)
+    trace.start(ctx)
     local status, err_type, msg, extra = admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
@@ -339,6 +366,7 @@ end
 function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
+    trace.start(ctx)   -- nginx's own 413/494 never reached access
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
         return ngx_exec(fallback.LOCATION)

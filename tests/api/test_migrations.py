@@ -14,7 +14,7 @@ TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_sta
           "inference_logs", "log_checkpoints", "audit_log", "mappings", "gpus",
           "gpu_samples", "routes", "route_versions", "backend_scrapes",
           "backend_scrape_samples", "backend_health", "usage_daily", "usage_cursors",
-          "controllers"}
+          "controllers", "model_types"}
 
 
 def _inspect(url):
