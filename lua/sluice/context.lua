@@ -53,6 +53,15 @@
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
+--  relay_vars         relay         proxying variables for the subrequest of a
+--                                   converted whole answer (sluice.relay)
+--  relayed            relay         that answer is back: the public request's
+--                                   filters leave it alone
+--  upstream_status, upstream_times, upstream_header_times   phases   the
+--                                   subrequest's $upstream_status, _response_time
+--                                   and _header_time, for the log phase and the
+--                                   error page of the public request
+--  relay_status       phases        the subrequest's status before its filters
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
 -- restored context starts a new pass without them (restore() clears them).

@@ -136,9 +136,10 @@ function _M.header_filter(ctx)
     ngx_header["Content-Length"] = nil
 end
 
--- The error body for a conversion failure after the status went out.
--- FIXME: headers (200) are sent before the body is read, so a backend answer that
--- cannot be converted arrives as a 502 error body under a 200 status.
+-- The error body for a conversion failure. A whole answer is converted in a
+-- subrequest (lua/sluice/relay.lua), so the caller gets a real 502 (conv.failed
+-- holds the reason); a stream converted frame by frame, or a backend behind its own
+-- TLS location, has sent its 200 already and gets this body (SSE: as an error event).
 local function failure(msg)
     ngx_log(ERR, "cannot convert the backend answer: ", msg)
     return errors.body(502, "backend_error", "cannot convert the backend answer: " .. msg)
@@ -181,8 +182,8 @@ local function finish(conv, raw)
         err = "answer is not a JSON object"
     end
     if not ires or ires.outputs[1] == nil then
-        conv.failed = true
-        local body = failure(err or "answer holds no outputs")
+        conv.failed = err or "answer holds no outputs"
+        local body = failure(conv.failed)
         return conv.sse and sse.error_event(body) or body .. "\n"
     end
     if conv.sse then
@@ -228,8 +229,8 @@ function _M.body_filter(ctx)
         return
     end
     if conv.overflow then
-        conv.failed = true
-        ngx.arg[1] = failure("answer is larger than " .. MAX_BUFFER .. " bytes") .. "\n"
+        conv.failed = "answer is larger than " .. MAX_BUFFER .. " bytes"
+        ngx.arg[1] = failure(conv.failed) .. "\n"
         return
     end
     ngx.arg[1] = finish(conv, concat(conv.buf))

@@ -28,6 +28,7 @@ local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
 local trace = require("sluice.trace")
 local strict = require("sluice.strict")
+local relay = require("sluice.relay")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 local rand = require("openssl.rand")
 
@@ -38,6 +39,7 @@ local ngx_log = ngx.log
 local ngx_print = ngx.print
 local ngx_exit = ngx.exit
 local ngx_exec = ngx.exec
+local HTTP_OK = ngx.HTTP_OK
 local ERR = ngx.ERR
 local re_find = ngx.re.find
 local tonumber = tonumber
@@ -261,6 +263,26 @@ local function admit(ctx)
     return forward(ctx, endpoint, doc, model_name, pool, backend)
 end
 
+-- A converted whole answer, fetched through the subrequest (sluice.relay): sent with
+-- its own status, or a 502 when its conversion failed.
+local function send_relayed(ctx)
+    local res = relay.fetch(ctx)
+    local intercepted = relay.intercepted(ctx, res)
+    if intercepted then
+        -- nginx ended the subrequest before any error page: the public request's
+        -- error page makes the answer (a 504 may go to the fallback from there)
+        return ngx_exit(intercepted)
+    end
+    relay.copy_headers(res)
+    local status, err_type, msg = relay.refusal(ctx, res)
+    if status then
+        return errors.exit(status, err_type, msg)
+    end
+    ngx.status = res.status
+    ngx_print(res.body)
+    return ngx_exit(HTTP_OK)
+end
+
 function _M.access()
     local ctx = ngx.ctx
     context.stash(ctx)
@@ -272,6 +294,25 @@ function _M.access()
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
+    if relay.wanted(ctx) then
+        return send_relayed(ctx)
+    end
+end
+
+-- location /_sluice/buffered (rewrite phase): the subrequest of a relayed answer.
+function _M.buffered()
+    if not relay.restore_vars(ngx.ctx) then
+        return ngx_exit(404)
+    end
+end
+
+-- The last upstream attempt's status and times, for the log phase of the public
+-- request, read where a subrequest (sluice.relay) ends: the public request's own
+-- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times).
+local function note_upstream(ctx)
+    ctx.upstream_status = ngx_var.upstream_status
+    ctx.upstream_times = ngx_var.upstream_response_time
+    ctx.upstream_header_times = ngx_var.upstream_header_time
 end
 
 function _M.balancer()
@@ -289,6 +330,14 @@ function _M.header_filter()
     if id then
         ngx_header["X-Request-Id"] = id
     end
+    if ctx.relayed then
+        return   -- the subrequest's filters made this answer
+    end
+    if ngx.is_subrequest then
+        -- what the backend (or nginx) answered, before the filters change it
+        ctx.relay_status = ngx.status
+        note_upstream(ctx)
+    end
     policy.headers(ctx)
     convert.header_filter(ctx)
     cache.header_filter(ctx)
@@ -300,9 +349,15 @@ end
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
+    if ctx.relayed then
+        return
+    end
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
+    if ngx.arg[2] and ngx.is_subrequest then
+        note_upstream(ctx)
+    end
 end
 
 function _M.log()
@@ -310,11 +365,12 @@ function _M.log()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
-    local times = ngx_var.upstream_response_time
+    local times = ctx.upstream_times or ngx_var.upstream_response_time
     observe.log(ctx, times)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, ngx_var.upstream_status, times, ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, ctx.upstream_status or ngx_var.upstream_status, times,
+                     ctx.breaker_cfg or breaker_defaults)
     end
 end
 
@@ -352,8 +408,8 @@ end
 
 -- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
 -- failing to connect or timing out)? $upstream_header_time is "-" without headers.
-local function backend_answered()
-    local times = ngx_var.upstream_header_time
+local function backend_answered(ctx)
+    local times = ctx.upstream_header_times or ngx_var.upstream_header_time
     if not times then
         return false
     end
@@ -367,6 +423,9 @@ function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
     trace.start(ctx)   -- nginx's own 413/494 never reached access
+    if ngx.is_subrequest then
+        note_upstream(ctx)
+    end
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
         return ngx_exec(fallback.LOCATION)
@@ -375,13 +434,13 @@ function _M.error_page()
     local err_type, msg
     -- no answer from an https backend: was it the handshake? (reads nginx's log;
     -- an answer first, so an older line about this connection cannot be taken)
-    local tls_failure = status == 502 and not backend_answered()
+    local tls_failure = status == 502 and not backend_answered(ctx)
                         and upstream_tls.handshake_failure()
     if tls_failure then
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
         upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
-    elseif backend_answered() then
+    elseif backend_answered(ctx) then
         if status < 500 then
             -- only 413 is intercepted below 500: the backend refused the body
             err_type, msg = errors.type_for(status), "the backend refused the request ("
