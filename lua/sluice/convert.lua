@@ -111,15 +111,22 @@ end
 -- and headers. Costs one comparison on a native 2xx.
 function _M.header_filter(ctx)
     local conv = ctx.conv
-    local status = ngx.status
+    local status
     if not conv then
         -- ctx.pool: a backend answered; ctx.error_type: the error page's own answer
-        if status < 300 or not ctx.pool or ctx.error_type then
+        if not ctx.pool or ctx.error_type then
+            return
+        end
+        status = ngx.status
+        if status < 300 then
             return
         end
         native_error(ctx, status)
         conv = ctx.conv
-    elseif status >= 400 then
+    else
+        status = ngx.status
+    end
+    if status >= 400 and not conv.native then
         conv.error = status
         ngx.status = BACKEND_4XX[status] or 502
     end

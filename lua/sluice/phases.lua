@@ -333,7 +333,7 @@ function _M.header_filter()
     if ctx.relayed then
         return   -- the subrequest's filters made this answer
     end
-    if ngx.is_subrequest then
+    if ctx.relay_vars and ngx.is_subrequest then
         -- what the backend (or nginx) answered, before the filters change it
         ctx.relay_status = ngx.status
         note_upstream(ctx)
@@ -355,7 +355,7 @@ function _M.body_filter()
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
-    if ngx.arg[2] and ngx.is_subrequest then
+    if ctx.relay_vars and ngx.arg[2] and ngx.is_subrequest then
         note_upstream(ctx)
     end
 end
@@ -423,9 +423,6 @@ function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
     trace.start(ctx)   -- nginx's own 413/494 never reached access
-    if ngx.is_subrequest then
-        note_upstream(ctx)
-    end
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
         return ngx_exec(fallback.LOCATION)

@@ -5,15 +5,17 @@
 -- through untouched. The ids go to the access-log line, and the log shipper turns
 -- that line into an OTLP span (control_plane/tracing.py): nothing here but ids.
 --
--- Ids are from LuaJIT's math.random, seeded per worker from OpenSSL: unique, not
--- secret (a trace id is no credential).
+-- Ids: a trace id is 16 random hex digits drawn when the worker starts and the
+-- worker's 16-digit sequence number (like a request id); a span id is 8 random hex
+-- digits of the worker and 8 of the sequence. Unique, not secret (a trace id is no
+-- credential), and one string.format each.
 local rand = require("openssl.rand")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local re_match = ngx.re.match
-local random = math.random
 local str_format = string.format
+local str_gsub = string.gsub
 local str_byte = string.byte
 local type = type
 
@@ -22,28 +24,35 @@ local type = type
 local TRACEPARENT = [[^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\z]]
 local ZERO_TRACE = "00000000000000000000000000000000"
 local ZERO_SPAN = "0000000000000000"
+local SPAN_WRAP = 4294967296
 
 local _M = {}
 
--- init_worker: a fresh seed per worker (after fork), so workers draw apart.
+local trace_prefix, span_prefix
+local seq = 0
+
+local function hex_byte(c)
+    return str_format("%02x", str_byte(c))
+end
+
+-- init_worker: fresh random prefixes per worker (after fork), so workers draw apart;
+-- never all zeros (a span id of zeros is invalid).
 function _M.init_worker()
-    local b = rand.bytes(4)
-    local a, c, d, e = str_byte(b, 1, 4)
-    math.randomseed(((a * 256 + c) * 256 + d) * 256 + e + ngx.worker.pid())
-end
-
-local function hex8()
-    return str_format("%08x", random(0, 0xffffffff))
-end
-
-local function new_span()
-    local s = hex8() .. hex8()
-    if s == ZERO_SPAN then
-        return "0000000000000001"
+    trace_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
+    span_prefix = str_gsub(rand.bytes(4), ".", hex_byte)
+    if span_prefix == "00000000" then
+        span_prefix = "00000001"
     end
-    return s
 end
-_M.new_span = new_span
+
+local function next_ids()
+    if not trace_prefix then   -- init_worker draws them; this only guards the order
+        _M.init_worker()
+    end
+    seq = seq + 1
+    return trace_prefix .. str_format("%016x", seq),
+           span_prefix .. str_format("%08x", seq % SPAN_WRAP)
+end
 
 -- Parses a traceparent value. Returns trace id, parent span id, flags; or nil.
 function _M.parse(value)
@@ -73,13 +82,10 @@ function _M.start(ctx)
         return
     end
     local trace_id, parent, flags = _M.parse(ngx_var.http_traceparent)
+    local new_trace, span = next_ids()
     if not trace_id then
-        trace_id, flags = hex8() .. hex8() .. hex8() .. hex8(), "01"
-        if trace_id == ZERO_TRACE then
-            trace_id = "00000000000000000000000000000001"
-        end
+        trace_id, flags = new_trace, "01"
     end
-    local span = new_span()
     ctx.trace_id, ctx.span_id = trace_id, span
     ngx_var.sluice_trace_id = trace_id
     ngx_var.sluice_span_id = span
