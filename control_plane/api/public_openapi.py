@@ -213,10 +213,11 @@ HEADERS = {
                        "schema": {"type": "string", "enum": ["HIT", "MISS", "BYPASS"]}},
 }
 ERROR_STATUSES = {
-    "400": "malformed JSON, invalid UTF-8, schema violation, an impossible conversion",
+    "400": "malformed JSON, invalid UTF-8, a field of the wrong type or out of range "
+           "(`param` names it), an impossible conversion",
     "401": "no credentials",
     "403": "invalid key or token, model not allowed",
-    "404": "unknown model or endpoint",
+    "404": "unknown model or endpoint, a model_type no model serves",
     "405": "wrong method",
     "413": "body too large",
     "429": "rate limit or quota (Retry-After header and retry_after)",
@@ -262,12 +263,17 @@ def _post(op: str, summary: str, request: str, answer: str, *, path_model: bool 
                     "requestBody": {"required": True,
                                     "content": {JSON: {"schema": _ref(request)}}},
                     "responses": _ok(answer, stream=stream, cache=cache)}}
-    if path_model:
-        out["parameters"] = [_MODEL_PARAM]
+    out["parameters"] = [_MODEL_PARAM, _TRACEPARENT] if path_model else [_TRACEPARENT]
     return out
 
 
 _MODEL_PARAM = {"name": "model", "in": "path", "required": True, "schema": MODEL_NAME}
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+                "description": "W3C trace context: a valid one is continued (the gateway's "
+                               "span becomes the backend's parent), else a trace starts "
+                               "at the gateway",
+                "schema": {"type": "string", "examples": [
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]}}
 
 PATHS: dict[str, Any] = {
     "/v1/chat/completions": _post(

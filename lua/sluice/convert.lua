@@ -6,7 +6,12 @@
 --                  --respond--> caller body; streams frame by frame (adapters/sse.lua)
 --
 -- A caller whose endpoint the backend speaks natively (OpenAI to OpenAI, KServe v2 to
--- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering.
+-- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering;
+-- only a backend's own error answer (3xx/4xx; nginx's error page takes 413 and 5xx)
+-- is read, bounded, and rewritten into the error template.
+--
+-- A whole answer is converted inside the subrequest of lua/sluice/relay.lua, so its
+-- status goes out after the conversion: conv.failed (the reason) makes it a 502.
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")

@@ -360,16 +360,28 @@ function _M.body_filter()
     end
 end
 
+local function joined(first, second)
+    if not first then
+        return second
+    end
+    if not second then
+        return first
+    end
+    return first .. ", " .. second
+end
+
 function _M.log()
     local ctx = context.finish()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
-    local times = ctx.upstream_times or ngx_var.upstream_response_time
+    -- a relayed answer's attempts were the subrequest's; a fallback after it went
+    -- from this request: both, in order, as nginx lists several attempts
+    local times = joined(ctx.upstream_times, ngx_var.upstream_response_time)
     observe.log(ctx, times)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, ctx.upstream_status or ngx_var.upstream_status, times,
+        balancer.log(ids, joined(ctx.upstream_status, ngx_var.upstream_status), times,
                      ctx.breaker_cfg or breaker_defaults)
     end
 end
@@ -409,7 +421,8 @@ end
 -- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
 -- failing to connect or timing out)? $upstream_header_time is "-" without headers.
 local function backend_answered(ctx)
-    local times = ctx.upstream_header_times or ngx_var.upstream_header_time
+    -- this request's own attempts (a fallback's), else a relayed subrequest's
+    local times = ngx_var.upstream_header_time or ctx.upstream_header_times
     if not times then
         return false
     end
