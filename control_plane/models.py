@@ -53,6 +53,9 @@ class Model(Timestamps, Base):
     # Mask e-mail addresses, phone, national ID and card numbers in requests before
     # they reach this model's backends (lua/sluice/pii.lua).
     mask_pii: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # The most tokens one answer may ask for (max_tokens, max_completion_tokens): the
+    # gateway refuses more with 400 (lua/sluice/strict.lua); NULL: its default bound.
+    max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Coefficients of the weight formula for this model's pools, e.g.
     # {"memory": 0.6, "success": 0.3, "latency": 0.1}; NULL: the controller's defaults.
     weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
@@ -69,7 +72,19 @@ class Model(Timestamps, Base):
 
     __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),
                       CheckConstraint("cache_ttl_s >= 0", name="cache_ttl_non_negative"),
-                      CheckConstraint("fallback_model <> name", name="fallback_not_self"))
+                      CheckConstraint("fallback_model <> name", name="fallback_not_self"),
+                      CheckConstraint("max_output_tokens > 0", name="max_output_tokens_positive"))
+
+
+class ModelType(Timestamps, Base):
+    """Brief 000's envelope names a kind of model ("nlp/sentiment"), not a model: this
+    maps each such type to the model or route that serves it (by name, checked when
+    written; the snapshot leaves out a type whose target is gone)."""
+    __tablename__ = "model_types"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_type: Mapped[str] = mapped_column(String(128), unique=True)
+    target: Mapped[str] = mapped_column(String(128))
 
 
 class Mapping(Timestamps, Base):

@@ -51,6 +51,8 @@ class Settings:
     # log shipping (control_plane/shipper.py): gateways' access logs on this host
     access_logs: tuple[Any, ...] = ()
     ship_interval: float = 1.0
+    # OTLP/HTTP endpoint the shipper exports one span per request to (tracing.py)
+    otlp_endpoint: str | None = None
     log_retention_days: float = 30.0
     controller_metrics_port: int | None = None
     controller_metrics_host: str = "127.0.0.1"
@@ -404,6 +406,7 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SLUICE_SCALE_UP_P99_MS": ("scale_up_p99_ms", _positive_float),
     "SLUICE_SCALING_WEBHOOK": ("scaling_webhook", _webhook_url),
     "SLUICE_SHIP_INTERVAL": ("ship_interval", _positive_float),
+    "SLUICE_OTLP_ENDPOINT": ("otlp_endpoint", _optional_url),
     "SLUICE_LOG_RETENTION_DAYS": ("log_retention_days", _positive_float),
     "SLUICE_AGENT_TOKEN": ("agent_token", _str),
     "SLUICE_TELEMETRY_STALE_AFTER": ("telemetry_stale_after", _positive_float),
@@ -635,6 +638,9 @@ DESCRIPTIONS: dict[str, str | tuple[str, str]] = {
                                   "backoff with jitter) before it is marked failed",
     "SLUICE_WEBHOOK_ALLOW_PRIVATE": "allow callback URLs to loopback, link-local and "
                                     "private addresses (refused by default: SSRF)",
+    "SLUICE_OTLP_ENDPOINT": ("none (no export)",
+                             "OTLP/HTTP collector, e.g. `http://otel:4318` (`/v1/traces` is "
+                             "added): the log shipper exports one span per request"),
     # read outside Settings, by one process each
     "SLUICE_CONFIG": ("none", "a `KEY=VALUE` file overlaying the environment; the "
                       "controller reads it again on `SIGHUP`"),

@@ -16,6 +16,9 @@ inode, so a rename (rotation) keeps its place, and a file renamed away keeps bei
 read until it is deleted: lines nginx still writes to it before `USR1` makes it
 reopen are shipped too. A file shorter than its checkpoint was truncated or is a
 new file on a reused inode: it is read from 0.
+
+With SLUICE_OTLP_ENDPOINT set, each line shipped also becomes one OpenTelemetry span
+(control_plane/tracing.py), handed to the exporter after the transaction commits.
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from control_plane import cp_metrics
+from control_plane import tracing
+from control_plane.tracing import SpanExport
 
 log = logging.getLogger("sluice.shipper")
 
@@ -91,11 +96,18 @@ def to_row(gateway: str, line: bytes) -> tuple | None:
     """One access-log line as a tuple of COLUMNS, or None when it is not one of ours."""
     try:
         rec = json.loads(line)
+    except ValueError:
+        return None
+    return _row(gateway, rec)
+
+
+def _row(gateway: str, rec) -> tuple | None:
+    if not isinstance(rec, dict):
+        return None
+    try:
         ts = datetime.fromtimestamp(float(rec["time"]), tz=timezone.utc)
         status = int(rec["status"])
     except (ValueError, KeyError, TypeError, OverflowError):
-        return None
-    if not isinstance(rec, dict):
         return None
     return (ts.isoformat(), gateway, _text(rec, "request_id") or "-",
             _text(rec, "consumer"), _text(rec, "plan"), _text(rec, "model_name", "model"),
@@ -156,10 +168,11 @@ def _read_lines(path: Path, inode: int, offset: int, limit: int) -> tuple[bytes,
 
 class Shipper:
     def __init__(self, engine: Engine, sources: tuple[Source, ...],
-                 max_batch_bytes: int = MAX_BATCH_BYTES):
+                 max_batch_bytes: int = MAX_BATCH_BYTES, spans: SpanExport | None = None):
         self.engine = engine
         self.sources = sources
         self.max_batch_bytes = max_batch_bytes
+        self.spans = spans   # tracing.SpanExport, or None: no spans
         self.shipped = 0     # rows, since start
         self.skipped = 0     # lines that were not ours (never retried)
 
@@ -180,7 +193,7 @@ class Shipper:
             done = dict(conn.execute(
                 text("SELECT inode, \"offset\" FROM log_checkpoints WHERE source = :s"),
                 {"s": source.name}).all())
-            rows_total, moved = 0, {}
+            rows_total, moved, records = 0, {}, []
             for inode, path, size in files:
                 offset = done.get(inode, 0)
                 if size < offset:
@@ -193,7 +206,7 @@ class Shipper:
                 if got_lines is None or got_lines[1] == offset:
                     continue
                 data, new_offset = got_lines
-                rows_total += self._copy(conn, source.name, data)
+                rows_total += self._copy(conn, source.name, data, records)
                 moved[inode] = new_offset
             for inode, offset in moved.items():
                 conn.execute(text(
@@ -205,6 +218,9 @@ class Shipper:
             if gone:
                 conn.execute(text("DELETE FROM log_checkpoints WHERE source = :s "
                                   "AND inode = ANY(:g)"), {"s": source.name, "g": list(gone)})
+        if self.spans is not None and records:
+            # committed: a line is never exported twice (nor before it is stored)
+            self.spans.records(source.name, records)
         self.shipped += rows_total
         cp_metrics.SHIPPED.labels(source.name).inc(rows_total)
         cp_metrics.LAST_SHIP.labels(source.name).set(time.time())
@@ -213,14 +229,20 @@ class Shipper:
                 for inode, _, size in files))
         return rows_total
 
-    def _copy(self, conn, gateway: str, data: bytes) -> int:
+    def _copy(self, conn, gateway: str, data: bytes, records: list) -> int:
+        """COPY the lines of `data`; appends their records to `records` when spans
+        are exported."""
         buf = io.StringIO()
         writer = csv.writer(buf)
         n = 0
         for line in data.splitlines():
             if not line.strip():
                 continue
-            row = to_row(gateway, line)
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None
+            row = _row(gateway, rec)
             if row is None:
                 self.skipped += 1
                 cp_metrics.SKIPPED.labels(gateway).inc()
@@ -228,6 +250,8 @@ class Shipper:
                             line)
                 continue
             writer.writerow(row)
+            if self.spans is not None:
+                records.append(rec)
             n += 1
         if n:
             buf.seek(0)
@@ -280,7 +304,8 @@ def main(settings) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     engine = make_engine(settings.require_database_url())
     cp_metrics.serve(settings.controller_metrics_port, settings.controller_metrics_host)
-    shipper = Shipper(engine, settings.access_logs)
+    spans = tracing.from_settings(settings)
+    shipper = Shipper(engine, settings.access_logs, spans=spans)
     log.info("shipping %s every %.1fs", ", ".join(f"{s.name}={s.path}"
                                                    for s in settings.access_logs),
              settings.ship_interval)
@@ -288,6 +313,8 @@ def main(settings) -> int:
         shipper.run_forever(settings.ship_interval, lambda: bool(stop),
                             settings.log_retention_days)
     finally:
+        if spans is not None:
+            spans.shutdown()   # exports what is queued
         engine.dispose()
     log.info("shipper stopped: %d rows shipped, %d lines skipped", shipper.shipped,
              shipper.skipped)

@@ -32,15 +32,25 @@ ERROR = {
         "type": "object", "required": ["code", "type", "message", "request_id"],
         "properties": {
             "code": {"type": "integer", "description": "the HTTP status"},
-            "type": {"type": "string", "examples": [
+            "type": {"type": "string", "description":
+                     "Sluice's type; for OpenAI callers, a request refused as malformed "
+                     "is OpenAI's invalid_request_error, and an OpenAI backend's own "
+                     "error keeps its type (rate_limit_error, ...)",
+                     "examples": [
                 "invalid_request", "unauthorized", "forbidden", "not_found",
                 "payload_too_large", "rate_limited", "policy_violation", "backend_error",
-                "backend_unavailable", "backend_timeout", "internal_error"]},
+                "backend_unavailable", "backend_timeout", "internal_error",
+                "invalid_request_error"]},
             "message": {"type": "string"},
             "retry_after": {"type": "integer", "minimum": 0,
                             "description": "seconds; on 429 and on 503 when known"},
             "request_id": {"type": "string", "pattern": REQUEST_ID_RE.pattern},
-            "param": {"type": ["string", "null"]},
+            "param": {"type": ["string", "null"], "description":
+                      "the request field at fault (strict requests: `temperature`, "
+                      "`messages[0].role`, `params.max_tokens`); an OpenAI backend's own"},
+            "backend_code": {"type": "string", "description":
+                             "an OpenAI backend's own error code "
+                             "(e.g. context_length_exceeded)"},
         }}},
 }
 
@@ -69,12 +79,24 @@ SCHEMAS: dict[str, Any] = {
                 "include_usage": {"type": "boolean"}}},
             "temperature": {"type": "number", "minimum": 0, "maximum": 2},
             "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "max_completion_tokens": {"type": "integer", "minimum": 1},
-            "n": {"type": "integer", "minimum": 1},
-            "stop": {"anyOf": [{"type": "string"}, {"type": "array",
+            "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+            "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+            "max_tokens": {"type": "integer", "minimum": 1,
+                           "description": "at most the model's max_output_tokens"},
+            "max_completion_tokens": {"type": "integer", "minimum": 1,
+                                      "description": "at most the model's max_output_tokens"},
+            "n": {"type": "integer", "minimum": 1, "maximum": 128},
+            "stop": {"anyOf": [{"type": "string"}, {"type": "array", "maxItems": 4,
                                                     "items": {"type": "string"}}]},
-            "tools": {"type": "array", "items": {"type": "object"}},
+            "tools": {"type": "array", "items": {
+                "type": "object", "required": ["type", "function"],
+                "properties": {"type": {"const": "function"},
+                               "function": {"type": "object", "required": ["name"],
+                                            "properties": {
+                                                "name": {"type": "string",
+                                                         "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                                                "description": {"type": "string"},
+                                                "parameters": {"type": "object"}}}}}},
         }},
     "ChatCompletion": {
         "type": "object", "required": ["choices"],
@@ -134,9 +156,10 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"object": {"const": "list"},
                        "data": {"type": "array", "items": _ref("ModelObject")}}},
     "Envelope": {
-        "type": "object", "required": ["params"],
-        "description": "brief 000's unified request",
-        "properties": {"api_version": {"type": "string", "examples": ["1.0"]},
+        "type": "object", "required": ["api_version", "params"],
+        "description": "brief 000's unified request: `model`, or `model_type` mapped to "
+                       "a model by the admin API's model types (`model` wins)",
+        "properties": {"api_version": {"const": "1.0"},
                        "model": MODEL_NAME,
                        "model_type": {"type": "string", "examples": ["nlp/sentiment"]},
                        "request_id": {"type": "string", "pattern": REQUEST_ID_RE.pattern},
@@ -242,10 +265,11 @@ HEADERS = {
                        "schema": {"type": "string", "enum": ["HIT", "MISS", "BYPASS"]}},
 }
 ERROR_STATUSES = {
-    "400": "malformed JSON, invalid UTF-8, schema violation, an impossible conversion",
+    "400": "malformed JSON, invalid UTF-8, a field of the wrong type or out of range "
+           "(`param` names it), an impossible conversion",
     "401": "no credentials",
     "403": "invalid key or token, model not allowed",
-    "404": "unknown model or endpoint",
+    "404": "unknown model or endpoint, a model_type no model serves",
     "405": "wrong method",
     "413": "body too large",
     "429": "rate limit or quota (Retry-After header and retry_after)",
@@ -310,8 +334,7 @@ def _post(op: str, summary: str, request: str, answer: str, *, path_model: bool 
                                     "content": {JSON: {"schema": _ref(request)}}},
                     "responses": {**_ok(answer, stream=stream, cache=cache),
                                   "202": _ACCEPTED}}}
-    if path_model:
-        out["parameters"] = [_MODEL_PARAM]
+    out["parameters"] = [_MODEL_PARAM, _TRACEPARENT] if path_model else [_TRACEPARENT]
     return out
 
 
@@ -334,6 +357,12 @@ def _plain(op: str, summary: str, answer: str, *, body: str | None = None,
 
 
 _MODEL_PARAM = {"name": "model", "in": "path", "required": True, "schema": MODEL_NAME}
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+                "description": "W3C trace context: a valid one is continued (the gateway's "
+                               "span becomes the backend's parent), else a trace starts "
+                               "at the gateway",
+                "schema": {"type": "string", "examples": [
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]}}
 
 PATHS: dict[str, Any] = {
     "/v1/chat/completions": _post(

@@ -10,11 +10,12 @@ from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
 from control_plane.models import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
                                   PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
-                                  Mapping, Model, Plan)
+                                  Mapping, Model, ModelType, Plan)
 from control_plane.services import jwt_keys
 
 MAX_TIMEOUT_MS = 3_600_000
 MAX_CACHE_TTL_S = 30 * 86400
+MAX_OUTPUT_TOKENS = 2**31 - 1
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
@@ -73,6 +74,8 @@ class ModelSchema(Schema):
         "cache_shared": Field(v.boolean),
         "mask_pii": Field(v.boolean),
         "enabled": Field(v.boolean),
+        # the most tokens one answer may ask for (null: the gateway's default bound)
+        "max_output_tokens": Field(v.integer(1, MAX_OUTPUT_TOKENS), nullable=True),
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
         "gpu_class": Field(gpu_class, nullable=True),
@@ -85,6 +88,7 @@ class ModelSchema(Schema):
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "mask_pii": m.mask_pii, "enabled": m.enabled,
+                "max_output_tokens": m.max_output_tokens,
                 "weight_coefficients": m.weight_coefficients,
                 "gpu_class": m.gpu_class,
                 "fallback_model": m.fallback_model,
@@ -158,6 +162,19 @@ class MappingSchema(Schema):
         return {"id": m.id, "name": m.name, "path": m.path, "request": m.request,
                 "response": m.response, "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
+
+
+class ModelTypeSchema(Schema):
+    """Brief 000's `model_type` ("nlp/sentiment") -> a model or route name."""
+    create = {
+        "model_type": Field(v.name, required=True),
+        "target": Field(v.name, required=True),
+    }
+    update = {k: Field(f.parse) for k, f in create.items()}
+
+    def render(self, t: ModelType) -> dict[str, Any]:
+        return {"id": t.id, "model_type": t.model_type, "target": t.target,
+                "created_at": iso(t.created_at), "updated_at": iso(t.updated_at)}
 
 
 class ConsumerSchema(Schema):

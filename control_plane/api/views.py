@@ -15,13 +15,14 @@ from control_plane.api import telemetry as telemetry_api
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
                                        GatewaySchema, JwtIssuerSchema, KeySchema, MappingSchema,
-                                       ModelSchema, PlanSchema, Schema)
+                                       ModelSchema, ModelTypeSchema, PlanSchema, Schema)
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError, identifier, validate
 from control_plane.services import snapshot
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, CONTENT_POLICIES, GATEWAYS,
-                                              JWT_ISSUERS, KEYS, MAPPINGS, MODELS, PLANS, Resource)
+                                              JWT_ISSUERS, KEYS, MAPPINGS, MODEL_TYPES, MODELS,
+                                              PLANS, Resource)
 from control_plane.services.routes import ROUTES
 
 API_PREFIX = "/api/v1"
@@ -189,6 +190,7 @@ def register_resource(path: str, resource: Resource, schema: Schema,
 register_resource("/models", MODELS, ModelSchema())
 register_resource("/backends", BACKENDS, BackendSchema())
 register_resource("/mappings", MAPPINGS, MappingSchema())
+register_resource("/model-types", MODEL_TYPES, ModelTypeSchema())
 register_resource("/consumers", CONSUMERS, ConsumerSchema())
 register_resource("/gateways", GATEWAYS, GatewaySchema(),
                   render=fleet_api.gateway_renderer(db))

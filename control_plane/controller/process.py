@@ -33,7 +33,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from control_plane import cp_metrics
+from control_plane import cp_metrics, tracing
 from control_plane.controller import telemetry_gauges
 from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.controller.health_loop import HealthLoop
@@ -206,7 +206,8 @@ class Controller:
         slow COPY never delays a push. Sources are read at start (not on SIGHUP)."""
         if not self.settings.access_logs:
             return None
-        shipper = Shipper(self._engine, self.settings.access_logs)
+        shipper = Shipper(self._engine, self.settings.access_logs,
+                          spans=tracing.from_settings(self.settings))
         thread = threading.Thread(
             target=shipper.run_forever, name="shipper", daemon=True,
             args=(self.settings.ship_interval, lambda: self._stopping,

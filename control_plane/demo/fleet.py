@@ -11,7 +11,9 @@ Small, but it shows the features a newcomer asks about on the first day:
 - `chat-slow`: a backend slower than the model's `timeout_ms`, so its answers come
   from its `fallback_model` `chat-demo` (`X-Sluice-Fallback: chat-demo`) in a second.
 - `sentiment-demo`: a predict (KServe v1) server; the model needs GPU class `L4`,
-  which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`).
+  which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`);
+  the model type `nlp/sentiment` maps to it, so brief 000's envelope (`model_type`,
+  no `model`) reaches it through `POST /v1/predict`.
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
@@ -47,6 +49,8 @@ DEMO_ROUTE = {"name": "chat", "versions": [
     {"model": "chat-canary", "conditions": {"user_type": "vip"}},
     {"model": "chat-demo", "percent": 90},
     {"model": "chat-canary", "percent": 10}]}
+# brief 000's envelope names a model_type, not a model: which model serves each
+DEMO_MODEL_TYPES = {"nlp/sentiment": "sentiment-demo"}
 # generous: never in a demo's way, but usage and quotas have something to show
 DEMO_PLANS = [
     {"name": "demo", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
@@ -91,6 +95,12 @@ def seed(admin: AdminClient, backend_urls: Mapping[str, str],
                      metrics_format=b.get("metrics"))
     admin.upsert("routes", DEMO_ROUTE["name"], versions=DEMO_ROUTE["versions"],
                  enabled=True)
+    types = {t["model_type"]: t for t in admin.list("model-types")}
+    for model_type, target in DEMO_MODEL_TYPES.items():
+        if model_type in types:
+            admin.update("model-types", types[model_type]["id"], target=target)
+        else:
+            admin.create("model-types", model_type=model_type, target=target)
     plans = {p["name"]: admin.upsert("plans", p["name"],
                                      **{k: v for k, v in p.items() if k != "name"})
              for p in DEMO_PLANS}

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from control_plane import backend_tls
 from control_plane.models import (ApiKey, Backend, Base, Consumer, ContentPolicy, Gateway,
-                                  JwtIssuer, Model, Plan)
+                                  JwtIssuer, Model, ModelType, Plan, Route)
 from control_plane.models import Mapping as MappingRow
 from control_plane.services import audit
 from control_plane.services.config_state import bump_version
@@ -268,6 +268,22 @@ class Mappings(Resource[MappingRow]):
             raise Conflict(f"mapping {obj.name!r} is used by {count} backend(s)")
 
 
+class ModelTypes(Resource[ModelType]):
+    """`model_type` -> the model or route that serves it (brief 000's envelope)."""
+    model = ModelType
+    label = "model type"
+    unique_fields = ("model_type",)
+
+    def _check(self, session: Session, data: Mapping[str, Any]) -> None:
+        target = data.get("target")
+        if target is None:
+            return
+        found = session.scalar(select(Model.id).where(Model.name == target)) or \
+            session.scalar(select(Route.id).where(Route.name == target))
+        if found is None:
+            raise Invalid({"target": f"no model or route named {target!r}"})
+
+
 class Consumers(Resource[Consumer]):
     model = Consumer
     label = "consumer"
@@ -358,6 +374,7 @@ class Gateways(Resource[Gateway]):
 MODELS = Models()
 BACKENDS = Backends()
 MAPPINGS = Mappings()
+MODEL_TYPES = ModelTypes()
 CONSUMERS = Consumers()
 PLANS = Plans()
 JWT_ISSUERS = JwtIssuers()

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from control_plane import backend_tls
 from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
-                                  Model, Plan)
+                                  Model, ModelType, Plan)
 from control_plane.services import routes
 from control_plane.services import affinity
 from control_plane.services.config_state import current_version
@@ -147,7 +147,9 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                               "cache_ttl_s": model.cache_ttl_s,
                               "cache_shared": model.cache_shared,
                               "fallback_model": model.fallback_model,
-                              "mask_pii": model.mask_pii, "backends": backends}
+                              "mask_pii": model.mask_pii,
+                              "max_output_tokens": model.max_output_tokens,
+                              "backends": backends}
         if model.gpu_class:
             models[model.name]["gpu_class"] = model.gpu_class
     for entry in models.values():   # a disabled fallback is no fallback
@@ -185,6 +187,13 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
         for p in session.scalars(select(ContentPolicy).where(ContentPolicy.enabled)
                                  .order_by(ContentPolicy.id))]
 
+    route_section = routes.snapshot_section(session, models)
+    # a type whose model or route is gone (or disabled) is left out: 404 at the gateway
+    model_types = {
+        t.model_type: t.target
+        for t in session.scalars(select(ModelType).order_by(ModelType.id))
+        if t.target in models or t.target in route_section}
+
     return {
         "version": version,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -195,6 +204,7 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
         "plans": plans,
         "jwt": jwt,
         "content_policies": content_policies,
-        "routes": routes.snapshot_section(session, models),
+        "routes": route_section,
+        "model_types": model_types,
         "breaker": (settings or Settings()).breaker(),
     }

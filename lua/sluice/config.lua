@@ -104,6 +104,8 @@ local function compile_model(s, name, m, maps)
              cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
              fallback = s.models[m.fallback_model] and m.fallback_model or nil,
              mask_pii = m.mask_pii == true,   -- sluice.pii.forward
+             -- sluice.strict: the max_tokens bound (nil: strict's default)
+             max_output_tokens = m.max_output_tokens ~= json_null and m.max_output_tokens or nil,
              pool_order = order }
 end
 
@@ -202,7 +204,9 @@ local function compile(s, prev_s, prev)
              consumers_by_name = by_name, plans = compiled_plans,
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
              breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes),
-             priorities = priorities }
+             priorities = priorities,
+             -- brief 000's model_type -> model or route name (sluice.router)
+             model_types = s.model_types or {} }
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none.

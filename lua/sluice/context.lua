@@ -49,12 +49,25 @@
 --                                   balancer counts it (sluice/queue.lua)
 --  queue_ms           queue         ms this request waited for a slot (log line)
 --  cache, cache_status  cache       response-cache state of this pass; the log's "cache"
---  conv               convert       protocol conversion state of this pass
+--  conv               convert       protocol conversion state of this pass (also
+--                                   set in header_filter for a backend's own error
+--                                   answer on a native pair)
+--  upstream_error     convert       start of a backend's own error body (log line)
+--  trace_id, span_id  trace         W3C trace context of this request (log line)
 --  fallback_to        fallback      the fallback model armed
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
 --  job_id             jobs          the job a worker's request runs (never made async again)
+--  relay_vars         relay         proxying variables for the subrequest of a
+--                                   converted whole answer (sluice.relay)
+--  relayed            relay         that answer is back: the public request's
+--                                   filters leave it alone
+--  upstream_status, upstream_times, upstream_header_times   phases   the
+--                                   subrequest's $upstream_status, _response_time
+--                                   and _header_time, for the log phase and the
+--                                   error page of the public request
+--  relay_status       phases        the subrequest's status before its filters
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
 -- restored context starts a new pass without them (restore() clears them).

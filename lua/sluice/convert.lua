@@ -6,7 +6,12 @@
 --                  --respond--> caller body; streams frame by frame (adapters/sse.lua)
 --
 -- A caller whose endpoint the backend speaks natively (OpenAI to OpenAI, KServe v2 to
--- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering.
+-- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering;
+-- only a backend's own error answer (3xx/4xx; nginx's error page takes 413 and 5xx)
+-- is read, bounded, and rewritten into the error template.
+--
+-- A whole answer is converted inside the subrequest of lua/sluice/relay.lua, so its
+-- status goes out after the conversion: conv.failed (the reason) makes it a 502.
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
@@ -18,9 +23,12 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local escape_uri = ngx.escape_uri
 local type = type
+local tonumber = tonumber
 local concat = table.concat
 
 local MAX_BUFFER = 16 * 1024 * 1024   -- bytes of a backend answer we convert whole
+local MAX_ERROR_BODY = 64 * 1024      -- bytes of a backend error body we read
+local ERROR_EXCERPT = 512             -- bytes of it kept for the log ("upstream_error")
 
 local CALLERS = {
     openai = require("sluice.adapters.openai"),
@@ -88,16 +96,49 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     return path
 end
 
+-- A backend's own non-2xx answer that nginx did not intercept (error_page takes 413
+-- and 5xx; 400 is deliberately not intercepted, so 3xx and 4xx come here) on a pair
+-- proxied unchanged: from now on it is converted like any answer, into the error
+-- template (sets ctx.conv). Status kept (3xx: 502); an OpenAI backend's `type`,
+-- `param` and `code` kept for an OpenAI caller.
+local function native_error(ctx, status)
+    local pool = ctx.pool
+    local backend = BACKENDS[pool.protocol]
+    ctx.conv = { error = status, native = true, backend = backend, pool = pool,
+                 openai = backend == CALLERS.openai }
+    if status < 400 then
+        ngx.status = 502
+        ngx_header["Location"] = nil
+    end
+end
+
+-- Header filter. A converted answer, or a backend's error on a native pair: status
+-- and headers. Costs one comparison on a native 2xx.
 function _M.header_filter(ctx)
     local conv = ctx.conv
+    local status
     if not conv then
-        return
+        -- ctx.pool: a backend answered; ctx.error_type: the error page's own answer
+        if not ctx.pool or ctx.error_type then
+            return
+        end
+        status = ngx.status
+        if status < 300 then
+            return
+        end
+        native_error(ctx, status)
+        conv = ctx.conv
+    else
+        status = ngx.status
     end
-    local status = ngx.status
-    if status >= 400 then
+    if status >= 400 and not conv.native then
         conv.error = status
         ngx.status = BACKEND_4XX[status] or 502
+    end
+    if conv.error then
+        conv.retry_after = tonumber(ngx_header["Retry-After"])
         ngx_header["Content-Type"] = "application/json"
+        ngx_header["Content-Encoding"] = nil
     elseif conv.sse then
         ngx_header["Content-Type"] = "text/event-stream; charset=utf-8"
         ngx_header["Cache-Control"] = "no-cache"
@@ -107,23 +148,45 @@ function _M.header_filter(ctx)
     ngx_header["Content-Length"] = nil
 end
 
--- The error body for a conversion failure after the status went out.
--- FIXME: headers (200) are sent before the body is read, so a backend answer that
--- cannot be converted arrives as a 502 error body under a 200 status.
+-- The error body for a conversion failure. A whole answer is converted in a
+-- subrequest (lua/sluice/relay.lua), so the caller gets a real 502 (conv.failed
+-- holds the reason); a stream converted frame by frame, or a backend behind its own
+-- TLS location, has sent its 200 already and gets this body (SSE: as an error event).
 local function failure(msg)
     ngx_log(ERR, "cannot convert the backend answer: ", msg)
     return errors.body(502, "backend_error", "cannot convert the backend answer: " .. msg)
 end
 
+-- The error template for a backend's error answer `doc` (decoded, or not a table).
+local function error_body(ctx, conv, doc)
+    local status = ngx.status
+    local err_type, extra = errors.type_for(status), nil
+    local msg = type(doc) == "table" and conv.backend.error_message(doc, conv.pool) or nil
+    if conv.retry_after then
+        extra = { retry_after = conv.retry_after }
+    end
+    if conv.openai then
+        -- OpenAI's fields, so an OpenAI client reads what the backend meant; `code`
+        -- stays the status (the template's), the backend's own code is `backend_code`
+        local e = type(doc) == "table" and doc.error
+        extra = extra or {}
+        extra.param = cjson.null
+        if type(e) == "table" then
+            if type(e.type) == "string" then err_type = e.type end
+            if type(e.param) == "string" then extra.param = e.param end
+            if type(e.code) == "string" then extra.backend_code = e.code end
+        end
+    end
+    errors.note(ctx, err_type)
+    local verb = conv.error < 400 and "answered a redirect (" or conv.error < 500
+                 and "refused the request (" or "failed ("
+    return errors.body(status, err_type, "the backend " .. verb .. conv.error .. ")"
+                       .. (msg and ": " .. msg or ""), extra) .. "\n"
+end
+
 local function finish(conv, raw)
     local ireq, backend = conv.ireq, conv.backend
     local doc = cjson.decode(raw)
-    if conv.error then
-        local status = ngx.status
-        local msg = type(doc) == "table" and backend.error_message(doc, conv.pool) or nil
-        return errors.body(status, errors.type_for(status), "the backend refused the request ("
-                           .. conv.error .. ")" .. (msg and ": " .. msg or "")) .. "\n"
-    end
     local ires, err
     if type(doc) == "table" then
         ires, err = backend.response(doc, ireq, conv.pool)
@@ -131,8 +194,8 @@ local function finish(conv, raw)
         err = "answer is not a JSON object"
     end
     if not ires or ires.outputs[1] == nil then
-        conv.failed = true
-        local body = failure(err or "answer holds no outputs")
+        conv.failed = err or "answer holds no outputs"
+        local body = failure(conv.failed)
         return conv.sse and sse.error_event(body) or body .. "\n"
     end
     if conv.sse then
@@ -154,11 +217,14 @@ function _M.body_filter(ctx)
     if conv.size == nil then
         conv.buf, conv.size = {}, 0
     end
+    local limit = conv.error and MAX_ERROR_BODY or MAX_BUFFER
     if data ~= "" and not conv.overflow then
         conv.size = conv.size + #data
-        if conv.size > MAX_BUFFER then
+        if conv.size > limit then
             conv.overflow = true
-            conv.buf = nil
+            if not conv.error then
+                conv.buf = nil
+            end
         else
             conv.buf[#conv.buf + 1] = data
         end
@@ -167,9 +233,16 @@ function _M.body_filter(ctx)
         ngx.arg[1] = ""      -- later filters (tokens, cache) expect a string
         return
     end
+    if conv.error then
+        -- the backend's own words go to the log line, bounded; the caller gets the template
+        local raw = concat(conv.buf)
+        ctx.upstream_error = raw:sub(1, ERROR_EXCERPT)
+        ngx.arg[1] = error_body(ctx, conv, not conv.overflow and cjson.decode(raw) or nil)
+        return
+    end
     if conv.overflow then
-        conv.failed = true
-        ngx.arg[1] = failure("answer is larger than " .. MAX_BUFFER .. " bytes") .. "\n"
+        conv.failed = "answer is larger than " .. MAX_BUFFER .. " bytes"
+        ngx.arg[1] = failure(conv.failed) .. "\n"
         return
     end
     ngx.arg[1] = finish(conv, concat(conv.buf))

@@ -69,6 +69,12 @@ function _M.body(status, err_type, message, extra)
     return body
 end
 
+-- Note the error template's type in the request's context (ctx.error_type: the log
+-- line's) for an error body made in a body filter (a backend's own error answer).
+function _M.note(ctx, err_type)
+    ctx.error_type = err_type
+end
+
 -- Send the error template (status, headers, body) without ending the request, and
 -- note its type in the request's context (ctx.error_type: the log line's). The
 -- error page's way; everyone else uses exit().

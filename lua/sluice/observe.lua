@@ -105,6 +105,8 @@ function _M.log(ctx, upstream_times)
     if v then ngx_var.sluice_fallback = v end
     v = ctx.queue_ms
     if v then ngx_var.sluice_queue_ms = v end
+    v = ctx.upstream_error
+    if v then ngx_var.sluice_upstream_error = v end
     metrics.inc("sluice_requests_total", 1, model, backend, ngx.status, plan)
 
     -- ngx.now() is the cached time of this event-loop turn while nginx measures the

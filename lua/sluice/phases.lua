@@ -27,6 +27,9 @@ local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
+local trace = require("sluice.trace")
+local strict = require("sluice.strict")
+local relay = require("sluice.relay")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 local rand = require("openssl.rand")
 
@@ -37,6 +40,7 @@ local ngx_log = ngx.log
 local ngx_print = ngx.print
 local ngx_exit = ngx.exit
 local ngx_exec = ngx.exec
+local HTTP_OK = ngx.HTTP_OK
 local ERR = ngx.ERR
 local re_find = ngx.re.find
 local tonumber = tonumber
@@ -85,6 +89,7 @@ function _M.init_worker()
     routes.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
     context.init_worker()   -- the gauge of request contexts held
+    trace.init_worker()     -- seeds this worker's trace and span ids
 end
 
 -- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
@@ -131,6 +136,17 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
     upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
 end
 
+-- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
+-- error type for OpenAI callers, so their clients read it as OpenAI's own).
+local function refuse_malformed(endpoint, doc, model)
+    local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        return nil
+    end
+    return 400, endpoint.caller == "openai" and "invalid_request_error" or "invalid_request",
+           why, { param = param }
+end
+
 -- The access steps of a public request, in order. Each returns what it computed, or
 -- a status and error; nothing here ends the request. Returns nil when the request
 -- goes to a backend; a status, type, message[, extra] to refuse it; or 200 and the
@@ -169,7 +185,7 @@ local function admit(ctx)
     end
 
     local model_name, doc
-    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model)
+    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model, snap)
     if not model_name then
         return doc, err_type, msg
     end
@@ -182,11 +198,16 @@ local function admit(ctx)
     if not auth.allowed(consumer, model_name) then
         return 403, "forbidden", "this key may not use model " .. model_name
     end
+    -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
+    local extra
+    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
+    if status then
+        return status, err_type, msg, extra
+    end
     if jobs.wanted() then   -- Prefer: respond-async: stored and queued as a job
         return jobs.submit(snap, consumer, model_name)
     end
 
-    local extra
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
                                                 endpoint.caller == "openai")
     if status then
@@ -208,6 +229,12 @@ local function admit(ctx)
     pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
     if not pool then
         return model, err_type, msg
+    end
+    if model_name ~= asked then
+        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)
+        if status then
+            return status, err_type, msg, extra
+        end
     end
     ctx.model_name = model_name
 
@@ -260,10 +287,31 @@ local function admit(ctx)
     return forward(ctx, endpoint, doc, model_name, pool, backend)
 end
 
+-- A converted whole answer, fetched through the subrequest (sluice.relay): sent with
+-- its own status, or a 502 when its conversion failed.
+local function send_relayed(ctx)
+    local res = relay.fetch(ctx)
+    local intercepted = relay.intercepted(ctx, res)
+    if intercepted then
+        -- nginx ended the subrequest before any error page: the public request's
+        -- error page makes the answer (a 504 may go to the fallback from there)
+        return ngx_exit(intercepted)
+    end
+    relay.copy_headers(res)
+    local status, err_type, msg = relay.refusal(ctx, res)
+    if status then
+        return errors.exit(status, err_type, msg)
+    end
+    ngx.status = res.status
+    ngx_print(res.body)
+    return ngx_exit(HTTP_OK)
+end
+
 function _M.access()
     local ctx = ngx.ctx
     context.stash(ctx)
     request_id(ctx)
+    trace.start(ctx)
     local status, err_type, msg, extra = admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
@@ -272,6 +320,25 @@ function _M.access()
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
+    if relay.wanted(ctx) then
+        return send_relayed(ctx)
+    end
+end
+
+-- location /_sluice/buffered (rewrite phase): the subrequest of a relayed answer.
+function _M.buffered()
+    if not relay.restore_vars(ngx.ctx) then
+        return ngx_exit(404)
+    end
+end
+
+-- The last upstream attempt's status and times, for the log phase of the public
+-- request, read where a subrequest (sluice.relay) ends: the public request's own
+-- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times).
+local function note_upstream(ctx)
+    ctx.upstream_status = ngx_var.upstream_status
+    ctx.upstream_times = ngx_var.upstream_response_time
+    ctx.upstream_header_times = ngx_var.upstream_header_time
 end
 
 function _M.balancer()
@@ -289,6 +356,14 @@ function _M.header_filter()
     if id then
         ngx_header["X-Request-Id"] = id
     end
+    if ctx.relayed then
+        return   -- the subrequest's filters made this answer
+    end
+    if ctx.relay_vars and ngx.is_subrequest then
+        -- what the backend (or nginx) answered, before the filters change it
+        ctx.relay_status = ngx.status
+        note_upstream(ctx)
+    end
     policy.headers(ctx)
     convert.header_filter(ctx)
     cache.header_filter(ctx)
@@ -300,9 +375,25 @@ end
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
+    if ctx.relayed then
+        return
+    end
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
+    if ctx.relay_vars and ngx.arg[2] and ngx.is_subrequest then
+        note_upstream(ctx)
+    end
+end
+
+local function joined(first, second)
+    if not first then
+        return second
+    end
+    if not second then
+        return first
+    end
+    return first .. ", " .. second
 end
 
 function _M.log()
@@ -310,11 +401,14 @@ function _M.log()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
-    local times = ngx_var.upstream_response_time
+    -- a relayed answer's attempts were the subrequest's; a fallback after it went
+    -- from this request: both, in order, as nginx lists several attempts
+    local times = joined(ctx.upstream_times, ngx_var.upstream_response_time)
     observe.log(ctx, times)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, ngx_var.upstream_status, times, ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, joined(ctx.upstream_status, ngx_var.upstream_status), times,
+                     ctx.breaker_cfg or breaker_defaults)
     end
 end
 
@@ -352,8 +446,9 @@ end
 
 -- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
 -- failing to connect or timing out)? $upstream_header_time is "-" without headers.
-local function backend_answered()
-    local times = ngx_var.upstream_header_time
+local function backend_answered(ctx)
+    -- this request's own attempts (a fallback's), else a relayed subrequest's
+    local times = ngx_var.upstream_header_time or ctx.upstream_header_times
     if not times then
         return false
     end
@@ -366,6 +461,7 @@ end
 function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
+    trace.start(ctx)   -- nginx's own 413/494 never reached access
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
         return ngx_exec(fallback.LOCATION)
@@ -374,13 +470,13 @@ function _M.error_page()
     local err_type, msg
     -- no answer from an https backend: was it the handshake? (reads nginx's log;
     -- an answer first, so an older line about this connection cannot be taken)
-    local tls_failure = status == 502 and not backend_answered()
+    local tls_failure = status == 502 and not backend_answered(ctx)
                         and upstream_tls.handshake_failure()
     if tls_failure then
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
         upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
-    elseif backend_answered() then
+    elseif backend_answered(ctx) then
         if status < 500 then
             -- only 413 is intercepted below 500: the backend refused the body
             err_type, msg = errors.type_for(status), "the backend refused the request ("

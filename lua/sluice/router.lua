@@ -40,8 +40,10 @@ local function json_body(ctx)
 end
 
 -- The model a request names and the decoded body. Returns model name, body; or nil,
--- status, type, message.
-function _M.model_name(ctx, endpoint, path_model)
+-- status, type, message. The unified envelope may name a `model_type` instead of a
+-- `model` (brief 000): the snapshot's `model_types` map says which model or route
+-- serves it; `model`, when present, wins.
+function _M.model_name(ctx, endpoint, path_model, snap)
     local body, doc, err_type, msg = json_body(ctx)
     if not body then
         return nil, doc, err_type, msg
@@ -52,6 +54,18 @@ function _M.model_name(ctx, endpoint, path_model)
         return path_model, doc
     end
     local name = doc.model
+    if name == nil and endpoint.name == "unified" then
+        local mtype = doc.model_type
+        if type(mtype) ~= "string" or mtype == "" then
+            return nil, 400, "invalid_request",
+                   'the envelope needs "model" or "model_type" (a non-empty string)'
+        end
+        name = snap.model_types and snap.model_types[mtype]
+        if not name then
+            return nil, 404, "not_found", "no model serves model_type " .. mtype
+        end
+        return name, doc
+    end
     if type(name) ~= "string" or name == "" then
         return nil, 400, "invalid_request", 'field "model" must be a non-empty string'
     end

@@ -150,6 +150,10 @@ function _M.snapshot(s)
         if fb ~= nil and fb ~= json_null and (type(fb) ~= "string" or fb == name) then
             return nil, where .. ".fallback_model: must be null or another model's name"
         end
+        local mot = m.max_output_tokens
+        if mot ~= nil and mot ~= json_null and not is_int(mot, 1, 2 ^ 31 - 1) then
+            return nil, where .. ".max_output_tokens: must be null or an integer >= 1"
+        end
         if m.cache_ttl_s ~= nil and not is_int(m.cache_ttl_s, 0) then
             return nil, where .. ".cache_ttl_s: must be an integer >= 0"
         end
@@ -179,6 +183,15 @@ function _M.snapshot(s)
         if plan_id ~= nil and plan_id ~= json_null
            and not (is_object(s.plans) and s.plans[tostring(plan_id)]) then
             return nil, where .. ".plan_id: names no plan in plans"
+        end
+    end
+    local mt = s.model_types
+    if mt ~= nil then
+        if not is_object(mt) then return nil, "model_types: must be an object" end
+        for t, target in pairs(mt) do
+            if type(t) ~= "string" or type(target) ~= "string" then
+                return nil, "model_types: must map type names to model or route names"
+            end
         end
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)

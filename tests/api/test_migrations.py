@@ -16,7 +16,8 @@ TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_sta
           "backend_scrape_samples", "backend_health", "usage_daily", "usage_cursors",
           "controllers",
           # async jobs (0016)
-          "jobs", "webhook_secrets", "webhook_deliveries", "batch_files", "batches"}
+          "jobs", "webhook_secrets", "webhook_deliveries", "batch_files", "batches",
+          "model_types"}
 
 
 def _inspect(url):

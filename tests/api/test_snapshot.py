@@ -34,6 +34,7 @@ def test_snapshot_matches_configuration(api, make):
     assert snap["models"] == {"chat-demo": {
         "id": model["id"], "name": "chat-demo", "timeout_ms": 30000,
         "cache_ttl_s": 300, "cache_shared": False, "fallback_model": None, "mask_pii": False,
+        "max_output_tokens": None,
         "backends": [
             {"id": b1["id"], "name": "openai-1", "protocol": "openai", "scheme": "http",
              "host": "127.0.0.1", "port": 9101, "host_header": "localhost:9101",

@@ -81,6 +81,16 @@ def _demo_features(info: dict) -> None:
     plain = chat(info["demo_api_key"], info["demo_route"])
     assert plain.headers["X-Sluice-Route-Version"] == plain.json()["model"]
     assert plain.json()["model"] in ("chat-demo", "chat-canary")
+    # brief 000's envelope exactly as the brief writes it: model_type, no model
+    rid = "6f1c2a4e-5b7d-4c3e-9a8b-0d1e2f3a4b5c"
+    brief = requests.post(info["gateway_url"] + "/v1/predict", timeout=10,
+                          headers={"Authorization": f"Bearer {info['demo_api_key']}"},
+                          json={"api_version": "1.0", "model_type": "nlp/sentiment",
+                                "params": {"input": ["what a fine day"]},
+                                "request_id": rid})
+    assert brief.status_code == 200, brief.text
+    assert brief.json()["model"] == "sentiment-demo" and brief.json()["request_id"] == rid
+    assert len(brief.json()["outputs"]) == 1
     # chat-slow's backend answers after its model's timeout: the fallback answers
     slow = chat(info["demo_api_key"], "chat-slow")
     assert slow.headers["X-Sluice-Fallback"] == "chat-demo"

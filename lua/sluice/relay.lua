@@ -1,0 +1,114 @@
+-- Converted answers read whole, sent with the status that fits them.
+--
+-- nginx sends a response's status and headers as soon as the backend's arrive, before
+-- the body filter has read a byte of the body; a converted answer is read whole
+-- (lua/sluice/convert.lua), so a backend 200 whose body cannot be converted would
+-- reach the caller as an error body under status 200. For these answers (a converted
+-- pair that is not converted frame by frame) the public request proxies through a
+-- subrequest instead (ngx.location.capture to location /_sluice/buffered, sharing
+-- the request's context): the subrequest does exactly what location / does (balancer,
+-- retries, error page, fallback, conversion, cache, token accounting) and the public
+-- request then sends its answer, or a 502 in the error template when the conversion
+-- failed or the answer was cut short.
+--
+-- Cost: a subrequest per converted whole answer, and the converted answer held in
+-- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
+-- or streamed frame by frame. An https backend with its own trust set (its TLS
+-- location is a named one, which a subrequest cannot reach) keeps the direct path.
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_header = ngx.header
+local capture = ngx.location.capture
+local pairs = pairs
+local str_lower = string.lower
+
+local LOCATION = "/_sluice/buffered"
+local HTTP_POST = ngx.HTTP_POST
+
+-- What proxy_pass and proxy_set_header read, set in the access phase: the server's
+-- `set`s run again at the start of a subrequest and would empty them.
+local VARS = { "sluice_ctx_ref", "sluice_request_id", "sluice_upstream_host",
+               "sluice_upstream_uri", "sluice_upstream_auth", "sluice_upstream_base",
+               "sluice_tls_name", "sluice_tls_cert", "sluice_tls_key",
+               "sluice_traceparent" }
+-- the subrequest's framing, not the answer's
+local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
+              connection = true, ["keep-alive"] = true }
+
+local _M = { LOCATION = LOCATION }
+
+-- Access phase, the request bound for a backend: is its answer converted whole?
+function _M.wanted(ctx)
+    local conv = ctx.conv
+    return conv ~= nil and not conv.frames
+end
+
+-- Access phase: the answer, through the subrequest (sets ctx.relay_vars and, once
+-- it is back, ctx.relayed; intercepted() clears it again). Returns the capture's
+-- result.
+function _M.fetch(ctx)
+    local saved = {}
+    for i = 1, #VARS do
+        saved[i] = ngx_var[VARS[i]] or ""
+    end
+    ctx.relay_vars = saved
+    local res = capture(LOCATION, { method = HTTP_POST, always_forward_body = true,
+                                    ctx = ctx })
+    ctx.relayed = true
+    return res
+end
+
+-- The subrequest's rewrite phase: the proxying variables back. Returns false when
+-- there is no public request behind it.
+function _M.restore_vars(ctx)
+    local saved = ctx.relay_vars
+    if not saved then
+        return false
+    end
+    for i = 1, #VARS do
+        ngx_var[VARS[i]] = saved[i]
+    end
+    return true
+end
+
+-- The answer's headers onto the public request's (not the subrequest's framing).
+function _M.copy_headers(res)
+    for k, v in pairs(res.header) do
+        if not HOP[str_lower(k)] then
+            ngx_header[k] = v
+        end
+    end
+end
+
+-- The statuses error_page takes (nginx/nginx.conf.tmpl): a subrequest that ends with
+-- one of them comes back truncated and empty, its error page never run.
+local INTERCEPTED = { [413] = true, [500] = true, [502] = true, [503] = true, [504] = true }
+
+-- The status to end the public request with, so that its own error page answers
+-- (as it would have without the subrequest); or nil.
+function _M.intercepted(ctx, res)
+    local status = ctx.relay_status
+    if res.truncated and status and INTERCEPTED[status] and (res.body or "") == "" then
+        ctx.relayed = nil
+        return status
+    end
+    return nil
+end
+
+-- nil when the captured answer goes out as it is; else status, type, message of
+-- the error template that goes instead.
+function _M.refusal(ctx, res)
+    if res.truncated then
+        return 502, "backend_error", "the backend's answer was cut short"
+    end
+    local conv = ctx.conv
+    if conv and conv.failed then
+        return 502, "backend_error", "cannot convert the backend answer: " .. conv.failed
+    end
+    if not res.status or res.status < 100 then
+        return 502, "backend_error", "the backend failed to answer"
+    end
+    return nil
+end
+
+return _M

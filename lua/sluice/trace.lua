@@ -1,0 +1,98 @@
+-- W3C trace context (https://www.w3.org/TR/trace-context/): each public request is
+-- one span. A valid incoming `traceparent` is continued (its trace id kept, its span
+-- the parent), else a trace starts here; the backend gets ours as its parent
+-- (proxy_set_header traceparent in nginx/nginx.conf.tmpl), `tracestate` passes
+-- through untouched. The ids go to the access-log line, and the log shipper turns
+-- that line into an OTLP span (control_plane/tracing.py): nothing here but ids.
+--
+-- Ids: a trace id is 16 random hex digits drawn when the worker starts and the
+-- worker's 16-digit sequence number (like a request id); a span id is 8 random hex
+-- digits of the worker and 8 of the sequence. Unique, not secret (a trace id is no
+-- credential), and one string.format each.
+local rand = require("openssl.rand")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local re_match = ngx.re.match
+local str_format = string.format
+local str_gsub = string.gsub
+local str_byte = string.byte
+local type = type
+
+-- version, trace id, parent id, flags; version 00 has nothing after the flags, a
+-- later version may (and ff is invalid)
+local TRACEPARENT = [[^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\z]]
+local ZERO_TRACE = "00000000000000000000000000000000"
+local ZERO_SPAN = "0000000000000000"
+local SPAN_WRAP = 4294967296
+
+local _M = {}
+
+local trace_prefix, span_prefix
+local seq = 0
+
+local function hex_byte(c)
+    return str_format("%02x", str_byte(c))
+end
+
+-- init_worker: fresh random prefixes per worker (after fork), so workers draw apart;
+-- never all zeros (a span id of zeros is invalid).
+function _M.init_worker()
+    trace_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
+    span_prefix = str_gsub(rand.bytes(4), ".", hex_byte)
+    if span_prefix == "00000000" then
+        span_prefix = "00000001"
+    end
+end
+
+local function next_ids()
+    if not trace_prefix then   -- init_worker draws them; this only guards the order
+        _M.init_worker()
+    end
+    seq = seq + 1
+    return trace_prefix .. str_format("%016x", seq),
+           span_prefix .. str_format("%08x", seq % SPAN_WRAP)
+end
+
+-- Parses a traceparent value. Returns trace id, parent span id, flags; or nil.
+function _M.parse(value)
+    if type(value) ~= "string" then
+        return nil
+    end
+    local m = re_match(value, TRACEPARENT, "jo")
+    if not m then
+        return nil
+    end
+    local version = m[1]
+    if version == "ff" or (version == "00" and m[5]) then
+        return nil
+    end
+    if m[2] == ZERO_TRACE or m[3] == ZERO_SPAN then
+        return nil
+    end
+    return m[2], m[3], m[4]
+end
+
+-- Access phase (and the error page of a request that never reached access): this
+-- request's trace and span (sets ctx.trace_id, ctx.span_id and the
+-- $sluice_trace_id, $sluice_span_id, $sluice_parent_span_id, $sluice_traceparent
+-- variables).
+function _M.start(ctx)
+    if ctx.trace_id then
+        return
+    end
+    local trace_id, parent, flags = _M.parse(ngx_var.http_traceparent)
+    local new_trace, span = next_ids()
+    if not trace_id then
+        trace_id, flags = new_trace, "01"
+    end
+    ctx.trace_id, ctx.span_id = trace_id, span
+    ngx_var.sluice_trace_id = trace_id
+    ngx_var.sluice_span_id = span
+    if parent then
+        ngx_var.sluice_parent_span_id = parent
+    end
+    ngx_var.sluice_traceparent = "00-" .. trace_id .. "-" .. span .. "-" .. flags
+end
+
+return _M

@@ -1,0 +1,130 @@
+"""A backend 200 whose body cannot be converted reaches the caller as a real 502 in
+the error template (convert.lua's old FIXME), through the subrequest that reads a
+converted answer whole (lua/sluice/relay.lua); a good answer keeps its status and
+headers, and the log line still has its backend and upstream time."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import openai
+import pytest
+import requests
+
+from gateway_readings import access_lines
+from waiting import eventually
+
+
+class _Predict(BaseHTTPRequestHandler):
+    """A KServe v1 backend whose answer the test chooses (X-Answer: good | junk |
+    empty | html | 404)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        kind = self.headers.get("X-Answer", "good")
+        status, ctype = 200, "application/json"
+        if kind == "good":
+            out = json.dumps({"predictions": [f"seen {len(body['instances'])}"]}).encode()
+        elif kind == "junk":
+            out = b'{"unexpected": true}'
+        elif kind == "empty":
+            out = b'{"predictions": []}'
+        elif kind == "html":
+            out, ctype = b"<html>oops</html>", "text/html"
+        elif kind == "500":
+            status, out = 500, b'{"error": "backend broke"}'
+        else:
+            status, out = 404, b'{"error": "no such model here"}'
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("X-Backend-Note", kind)
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def converting(gateway, helpers):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
+         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+         "base_path": "", "weight": 1}
+    r = gateway.push(helpers.make_snapshot(1, {"conv": (5000, [b])}))
+    assert r.status_code == 200, r.text
+    yield gateway
+    server.shutdown()
+    server.server_close()
+
+
+def chat(gw, helpers, answer, stream=False, rid=None):
+    headers = {"Authorization": f"Bearer {helpers.KEY}", "X-Answer": answer}
+    if rid:
+        headers["X-Request-Id"] = rid
+    return requests.post(gw.url + "/v1/chat/completions", headers=headers, timeout=10,
+                         json={"model": "conv", "stream": stream,
+                               "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_good_answer_is_converted_with_its_status_and_headers(converting, helpers):
+    r = chat(converting, helpers, "good", rid="conv-good")
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "seen 1"
+    assert r.headers["X-Backend-Note"] == "good"
+    assert r.headers["X-Request-Id"] == "conv-good"
+    line = eventually(lambda: [l for l in access_lines(converting, 1, timeout=0.5)
+                               if l["request_id"] == "conv-good"], 10)[0]
+    assert line["status"] == "200" and line["backend"] == "kv1"
+    assert line["upstream_ms"] != ""          # the subrequest's upstream time is logged
+
+
+@pytest.mark.parametrize("answer, reason", [
+    ("junk", "predictions"),
+    ("empty", "predictions"),
+    ("html", "not a JSON object"),
+])
+def test_unconvertible_200_is_a_real_502(converting, helpers, answer, reason):
+    r = chat(converting, helpers, answer, rid=f"conv-{answer}")
+    err = helpers.assert_error(r, 502, "backend_error")
+    assert "cannot convert the backend answer" in err["message"]
+    assert reason in err["message"]
+    line = eventually(lambda: [l for l in access_lines(converting, 1, timeout=0.5)
+                               if l["request_id"] == f"conv-{answer}"], 10)[0]
+    assert line["status"] == "502" and line["error_type"] == "backend_error"
+
+
+def test_unconvertible_answer_to_a_stream_is_a_real_502(converting, helpers):
+    r = chat(converting, helpers, "junk", stream=True)
+    helpers.assert_error(r, 502, "backend_error")
+
+
+def test_backend_error_through_the_subrequest_is_the_template(converting, helpers):
+    r = chat(converting, helpers, "404")
+    err = helpers.assert_error(r, 502, "backend_error")   # a converted pair's other 4xx
+    assert "no such model here" in err["message"]
+
+
+def test_backend_5xx_through_the_subrequest_is_the_error_page_template(converting, helpers):
+    r = chat(converting, helpers, "500", rid="conv-500")
+    err = helpers.assert_error(r, 502, "backend_error")
+    assert "the backend failed (500)" in err["message"]
+    assert "backend broke" not in r.text
+    line = eventually(lambda: [l for l in access_lines(converting, 1, timeout=0.5)
+                               if l["request_id"] == "conv-500"], 10)[0]
+    assert line["backend"] == "kv1" and line["upstream_ms"] != ""
+
+
+def test_openai_client_sees_a_server_error(converting, helpers):
+    client = openai.OpenAI(base_url=converting.url + "/v1", api_key=helpers.KEY,
+                           max_retries=0, timeout=10, default_headers={"X-Answer": "junk"})
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="conv",
+                                       messages=[{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 502
