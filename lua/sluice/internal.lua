@@ -60,6 +60,12 @@ local function same(a, b)
     return diff == 0
 end
 
+-- Is `given` the gateway token? (Also the credential of a worker running a job on a
+-- consumer's behalf: sluice.jobs.)
+function _M.is_token(given)
+    return token ~= nil and type(given) == "string" and same(given, token)
+end
+
 local function check_token()
     local authz = ngx_var.http_authorization
     if not authz then

@@ -13,19 +13,17 @@
 -- X-Sluice-Worker-Token (the gateway token) and X-Sluice-On-Behalf-Of (consumer id)
 -- stand for the caller's key there, so every policy applies when the job runs.
 local auth = require("sluice.auth")
+local internal = require("sluice.internal")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_req = ngx.req
 local ngx_exec = ngx.exec
 local re_find = ngx.re.find
-local str_byte = string.byte
 local str_lower = string.lower
 local type = type
 local pairs = pairs
 local tbl_concat = table.concat
-local bit_bor = require("bit").bor
-local bit_bxor = require("bit").bxor
 
 local RANKS = { best_effort = 1, standard = 2, critical = 3 }
 local NAMES = { "best_effort", "standard", "critical" }
@@ -54,27 +52,6 @@ local PATHS = {
 
 local _M = {}
 
-local token
-
-function _M.init(t)
-    if type(t) ~= "string" or #t < 16 then
-        error("gateway token must be a string of at least 16 characters", 2)
-    end
-    token = t
-end
-
--- Compare without an early exit, so timing does not tell how much matched.
-local function same(a, b)
-    if #a ~= #b then
-        return false
-    end
-    local diff = 0
-    for i = 1, #a do
-        diff = bit_bor(diff, bit_bxor(str_byte(a, i), str_byte(b, i)))
-    end
-    return diff == 0
-end
-
 -- The endpoint of a jobs, files or batches path (endpoints.match), or nil.
 function _M.endpoint(uri, method)
     for i = 1, #PATHS do
@@ -95,7 +72,7 @@ function _M.authenticate(snap)
     end
     -- never forwarded to a backend, whatever happens next
     ngx_req.clear_header("X-Sluice-Worker-Token")
-    if not token or not same(given, token) then
+    if not internal.is_token(given) then
         return nil, 403, "forbidden", "invalid worker token"
     end
     local id = ngx_var.http_x_sluice_on_behalf_of

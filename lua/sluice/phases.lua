@@ -73,7 +73,6 @@ end
 
 function _M.init(opts)
     internal.init(opts.token)
-    jobs.init(opts.token)   -- the worker token of jobs run on a consumer's behalf
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
