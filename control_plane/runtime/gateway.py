@@ -38,7 +38,7 @@ import requests
 
 from control_plane.backend_tls import SYSTEM_CA_FILE
 from control_plane.controller.gateway_client import GatewayClient
-from control_plane.runtime import backend_trust, procs
+from control_plane.runtime import backend_trust, nginx_tls, procs
 from control_plane.settings import parse_redis_url
 
 log = logging.getLogger("sluice.gateway")
@@ -149,63 +149,6 @@ def _redis(cfg: GatewayConfig) -> tuple[str, str]:
     return "{ " + ", ".join(fields) + " }", resolver
 
 
-# A path that nginx reads as one literal argument: quoted, and with no "$" (since
-# nginx 1.15.9 ssl_certificate takes variables).
-_NGINX_PATH_BAD = set('"\\$;{}') | {chr(c) for c in range(32)} | {chr(127)}
-
-
-def _nginx_path(path: Path, what: str) -> str:
-    text = str(Path(path).resolve())
-    if set(text) & _NGINX_PATH_BAD:
-        raise ValueError(f"{what} path {text!r} has a character nginx would not read "
-                         'literally (quote, backslash, $, ;, braces or a control character)')
-    if not os.access(text, os.R_OK):
-        raise ValueError(f"{what} {text} does not exist or is not readable")
-    return f'"{text}"'
-
-
-def _public_listen(cfg: GatewayConfig) -> tuple[str, str]:
-    """The public server's listen lines and its ssl_certificate lines."""
-    lines = []
-    if cfg.plain:
-        lines.append(f"listen {cfg.listen_host}:{int(cfg.port)};")
-    if cfg.tls_port is None:
-        if not cfg.plain:
-            raise ValueError("plain=False needs tls_port: the gateway would have no "
-                             "public listener")
-        if cfg.tls_cert or cfg.tls_key:
-            raise ValueError("tls_cert and tls_key need tls_port")
-        return "\n        ".join(lines), "# no HTTPS listener"
-    if not (cfg.tls_cert and cfg.tls_key):
-        raise ValueError("tls_port needs both tls_cert and tls_key")
-    lines.append(f"listen {cfg.listen_host}:{int(cfg.tls_port)} ssl http2;")
-    certificate = (f"ssl_certificate {_nginx_path(cfg.tls_cert, 'tls_cert')};\n"
-                   f"        ssl_certificate_key {_nginx_path(cfg.tls_key, 'tls_key')};")
-    return "\n        ".join(lines), certificate
-
-
-def _internal_tls(cfg: GatewayConfig) -> tuple[str, str]:
-    """The internal listener's `listen` flag and TLS directives ("" without TLS)."""
-    if not cfg.internal_tls_cert and not cfg.internal_tls_key:
-        return "", "# no TLS on the internal listener (SLUICE_INTERNAL_TLS_CERT/_KEY)"
-    if not (cfg.internal_tls_cert and cfg.internal_tls_key):
-        raise ValueError("internal TLS needs both a certificate and a key")
-    paths = []
-    for path in (cfg.internal_tls_cert, cfg.internal_tls_key):
-        resolved = Path(path).resolve()
-        if not resolved.is_file():
-            raise ValueError(f"internal TLS file {resolved} does not exist")
-        if any(c in str(resolved) for c in ' ;{}"\'\\'):
-            raise ValueError(f"internal TLS file {resolved}: unsafe characters in the path")
-        paths.append(resolved)
-    return " ssl", "\n        ".join((
-        f"ssl_certificate {paths[0]};",
-        f"ssl_certificate_key {paths[1]};",
-        "ssl_protocols TLSv1.2 TLSv1.3;",
-        "ssl_prefer_server_ciphers off;",
-        "ssl_session_tickets off;"))
-
-
 _JOBS_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$")
 
 
@@ -236,8 +179,8 @@ def render(cfg: GatewayConfig) -> str:
         # nginx would quietly merge both servers on one socket, public one first
         raise ValueError("port, tls_port and internal_port must differ")
     redis, resolver = _redis(cfg)
-    public_listen, tls_certificate = _public_listen(cfg)
-    internal_ssl, internal_tls = _internal_tls(cfg)
+    public_listen, tls_certificate = nginx_tls.public_listen(cfg)
+    internal_ssl, internal_tls = nginx_tls.internal_tls(cfg)
     values = {
         "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
                            else "# not root: workers run as the current user"),
