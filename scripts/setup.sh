@@ -13,6 +13,7 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
+  valgrind   # bench/instructions.py counts instructions per request
   ca-certificates openssl   # the system store https backends are verified against; test CAs
   chromium chromium-driver
 )

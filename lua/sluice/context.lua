@@ -53,11 +53,13 @@
 --                                   set in header_filter for a backend's own error
 --                                   answer on a native pair)
 --  upstream_error     convert       start of a backend's own error body (log line)
---  trace_id, span_id  trace         W3C trace context of this request (log line)
+--  trace_id, span_id, parent_span_id   trace   W3C trace context of this request
+--                                   (log line)
 --  fallback_to        fallback      the fallback model armed
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
+--  upstream_auth      phases        $sluice_upstream_auth holds a backend's credential
 --  job_id             jobs          the job a worker's request runs (never made async again)
 --  relay_vars         relay         proxying variables for the subrequest of a
 --                                   converted whole answer (sluice.relay)

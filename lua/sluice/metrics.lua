@@ -47,6 +47,22 @@ local LATENCY_BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 
 local _M = {}
 
+-- For a histogram's sorted bounds, a function value -> index of its bucket: the first
+-- bound >= value, #bounds + 1 past the last. A binary search unrolled into nested
+-- ifs when the family is registered: no loop, so the log phase stays one trace
+-- (see key_for).
+local function bucket_finder(bounds)
+    local function search(lo, hi)
+        if lo == hi then
+            return "return " .. lo
+        end
+        local mid = math.floor((lo + hi) / 2)
+        return "if v <= " .. string.format("%.17g", bounds[mid]) .. " then "
+               .. search(lo, mid) .. " else " .. search(mid + 1, hi) .. " end"
+    end
+    return assert(loadstring("local v = ...; " .. search(1, #bounds + 1)))
+end
+
 -- name -> { type, help, labels = {...}, buckets = {...} (histograms) }
 local families = {}
 _M.families = families
@@ -72,7 +88,8 @@ function _M.register(name, mtype, help, labels, buckets)
     end
     le[#le + 1] = "+Inf"
     families[name] = { type = mtype, help = help, labels = labels or {}, buckets = buckets,
-                       le = le, keys = {}, cached = 0 }
+                       le = le, keys = {}, cached = 0,
+                       bucket_of = buckets and bucket_finder(buckets) }
 end
 
 -- The families the skeleton feeds. Other modules register theirs next to their code.
@@ -132,13 +149,19 @@ local function build_key(name, fam, a, b, c, d)
     return keys
 end
 
--- The i-th of four label values, without building a table per call.
-local function nth(i, a, b, c, d)
-    if i == 1 then return a elseif i == 2 then return b elseif i == 3 then return c end
-    return d
+-- node[v], made when missing.
+local function child(node, v)
+    local c = node[v]
+    if not c then
+        c = {}
+        node[v] = c
+    end
+    return c
 end
 
 -- The cached key of one series: fam.keys[a][b][c][d]; nil labels read as "".
+-- No loop over the labels (at most four): a loop inside the log phase's trace makes
+-- LuaJIT abort that trace, and after a few aborts it interprets the phase for good.
 local function key_for(name, a, b, c, d)
     local fam = families[name]
     if not fam then
@@ -146,17 +169,16 @@ local function key_for(name, a, b, c, d)
     end
     local n = #fam.labels
     local va, vb, vc, vd = a or "", b or "", c or "", d or ""
-    local node = fam.keys
-    for i = 1, n - 1 do
-        local v = nth(i, va, vb, vc, vd)
-        local child = node[v]
-        if not child then
-            child = {}
-            node[v] = child
-        end
-        node = child
+    local node, leaf = fam.keys, ""
+    if n == 1 then
+        leaf = va
+    elseif n == 2 then
+        node, leaf = child(node, va), vb
+    elseif n == 3 then
+        node, leaf = child(child(node, va), vb), vc
+    elseif n == 4 then
+        node, leaf = child(child(child(node, va), vb), vc), vd
     end
-    local leaf = n == 0 and "" or nth(n, va, vb, vc, vd)
     local key = node[leaf]
     if key then
         return key, fam
@@ -271,13 +293,7 @@ end
 -- Record one observation in a histogram.
 function _M.observe(name, value, a, b, c, d)
     local keys, fam = key_for(name, a, b, c, d)
-    local buckets = fam.buckets
-    local i = 1
-    local n = #buckets
-    while i <= n and value > buckets[i] do
-        i = i + 1
-    end
-    add(keys[i], 1)
+    add(keys[fam.bucket_of(value)], 1)
     add(keys.sum, value)
 end
 

@@ -1,16 +1,17 @@
 -- What the gateway records about each request of the public listener: the metrics
--- (sluice.metrics) and the nginx variables that nginx's own buffered access_log turns
--- into one JSON line (log_format sluice_json in nginx/nginx.conf.tmpl).
+-- (sluice.metrics) and the one JSON line nginx's own buffered access_log writes
+-- (made by sluice.accesslog; log_format sluice_json in nginx/nginx.conf.tmpl).
 --
 -- The facts live in the request's context (sluice/context.lua: restored after an
--- error_page redirect); the log phase writes the few variables log_format reads,
--- once. Never a key or a token: the line names the consumer, not its credentials.
+-- error_page redirect); the log phase makes the line once. Never a key or a token: the line names the consumer, not its credentials.
 local metrics = require("sluice.metrics")
+local accesslog = require("sluice.accesslog")
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_now = ngx.now
 local req_start_time = ngx.req.start_time
+local get_method = ngx.req.get_method
 local tonumber = tonumber
 local tostring = tostring
 local type = type
@@ -67,65 +68,43 @@ local function upstream_seconds(t)
 end
 
 -- Log phase (runs before nginx's access_log writes the line), given
--- $upstream_response_time (read once by phases.log): the metrics, and the
--- variables of log_format sluice_json that have a value (the template's `set`s
--- leave the others empty).
+-- $upstream_response_time (read once by phases.log): the metrics, and the line
+-- (sluice.accesslog) in $sluice_log_line, the one variable log_format sluice_json reads.
 function _M.log(ctx, upstream_times)
     local model = ctx.model_name or ""
     local backend = backend_name(ctx)
     local consumer = ctx.consumer
-    local plan = NO_PLAN
+    local plan, who = NO_PLAN, nil
     if consumer then
         local p = consumer.plan_name
         if type(p) == "string" then
             plan = p
         end
-        ngx_var.sluice_consumer = consumer.name or tostring(consumer.id)
-        ngx_var.sluice_plan = plan
+        who = consumer.name or tostring(consumer.id)
     end
-    if model ~= "" then
-        ngx_var.sluice_model = model
-    end
-    if backend ~= "" then
-        ngx_var.sluice_backend = backend
-    end
-    local v = ctx.route
-    if v then ngx_var.sluice_route = v end
-    v = ctx.error_type
-    if v then ngx_var.sluice_error_type = v end
-    v = ctx.prompt_tokens
-    if v then ngx_var.sluice_prompt_tokens = v end
-    v = ctx.completion_tokens
-    if v then ngx_var.sluice_completion_tokens = v end
-    v = ctx.cache_status
-    if v then ngx_var.sluice_cache_status = v end
-    v = ctx.excerpt
-    if v then ngx_var.sluice_excerpt = v end
-    v = ctx.fallback
-    if v then ngx_var.sluice_fallback = v end
-    v = ctx.queue_ms
-    if v then ngx_var.sluice_queue_ms = v end
-    v = ctx.upstream_error
-    if v then ngx_var.sluice_upstream_error = v end
-    metrics.inc("sluice_requests_total", 1, model, backend, ngx.status, plan)
+    local status = ngx.status
+    metrics.inc("sluice_requests_total", 1, model, backend, status, plan)
 
     -- ngx.now() is the cached time of this event-loop turn while nginx measures the
     -- upstream time afresh: the total can read a little short, never below upstream.
     local up = upstream_seconds(upstream_times)
-    local total = ngx_now() - req_start_time()
+    local now = ngx_now()
+    local total = now - req_start_time()
     if up and total < up then
         total = up
     elseif total < 0 then
         total = 0
     end
     metrics.observe("sluice_request_duration_seconds", total, model, backend)
-    ngx_var.sluice_latency_ms = floor(total * 1000 + 0.5)
-
+    local up_ms
     if up then
         metrics.observe("sluice_upstream_duration_seconds", up, model, backend)
         metrics.inc("sluice_upstream_duration_seconds_squared_total", up * up, model, backend)
-        ngx_var.sluice_upstream_ms = floor(up * 1000 + 0.5)
+        up_ms = floor(up * 1000 + 0.5)
     end
+    ngx_var.sluice_log_line = accesslog.line(
+        ctx, now, get_method(), ngx_var.uri, status, ngx_var.bytes_sent, who,
+        consumer and plan, model, backend, floor(total * 1000 + 0.5), up_ms)
 end
 
 return _M

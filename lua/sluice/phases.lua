@@ -71,7 +71,14 @@ local function new_request_id()
     return id_prefix .. str_format("%016x", id_seq)
 end
 
+-- LuaJIT's trace limits: a request's path through these modules makes long traces,
+-- which the defaults abort ("trace too long") and leave to the interpreter for good.
+-- Raised as APISIX and Kong do; measured with bench/instructions.py (bench/README.md).
+local JIT_OPTIONS = { "maxtrace=8000", "maxrecord=32000", "maxmcode=65536", "maxside=400",
+                      "maxsnap=2000", "minstitch=3", "maxirconst=2000" }
+
 function _M.init(opts)
+    require("jit.opt").start(unpack(JIT_OPTIONS))
     internal.init(opts.token)
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
@@ -130,7 +137,13 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path and credentials, so the URI and Authorization still fit.
     ngx_var.sluice_upstream_host = backend.host_header
-    ngx_var.sluice_upstream_auth = backend.auth_header
+    -- unset, the variable reads "" (no header sent): written only when there is a
+    -- credential, or one of an earlier pass (the fallback's) to clear
+    local auth = backend.auth_header
+    if auth ~= "" or ctx.upstream_auth then
+        ngx_var.sluice_upstream_auth = auth
+        ctx.upstream_auth = auth ~= ""
+    end
     ngx_var.sluice_upstream_uri = backend.base_path .. path
     upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
 end

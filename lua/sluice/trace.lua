@@ -74,9 +74,8 @@ function _M.parse(value)
 end
 
 -- Access phase (and the error page of a request that never reached access): this
--- request's trace and span (sets ctx.trace_id, ctx.span_id and the
--- $sluice_trace_id, $sluice_span_id, $sluice_parent_span_id, $sluice_traceparent
--- variables).
+-- request's trace and span (sets ctx.trace_id, ctx.span_id, ctx.parent_span_id for
+-- the log line, and $sluice_traceparent, which proxy_set_header sends).
 function _M.start(ctx)
     if ctx.trace_id then
         return
@@ -86,12 +85,7 @@ function _M.start(ctx)
     if not trace_id then
         trace_id, flags = new_trace, "01"
     end
-    ctx.trace_id, ctx.span_id = trace_id, span
-    ngx_var.sluice_trace_id = trace_id
-    ngx_var.sluice_span_id = span
-    if parent then
-        ngx_var.sluice_parent_span_id = parent
-    end
+    ctx.trace_id, ctx.span_id, ctx.parent_span_id = trace_id, span, parent
     ngx_var.sluice_traceparent = "00-" .. trace_id .. "-" .. span .. "-" .. flags
 end
 

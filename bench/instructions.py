@@ -1,0 +1,200 @@
+"""Instructions per request of the nginx targets of bench/gateway.py, counted by valgrind.
+
+On a shared machine req/s and even CPU time per request swing by tens of per cent
+between runs of the same code; the instructions a worker executes per request hardly
+move (±3 % here: timers, garbage collection and JIT compilation land in different
+windows). Each target runs as one nginx process (`master_process off`) under
+`valgrind --tool=callgrind`; after `--warm` requests (the JIT compiles its traces),
+the counters are zeroed, `--n` requests are sent one after another on one keep-alive
+connection, and the count is dumped: instructions (Ir) per request, in user space.
+The kernel's share (the same socket calls for every target: strace shows the same
+writev/recvfrom per request) is not counted, so the ratios here are larger than the
+CPU-time ratios of bench/gateway.py.
+
+    .venv/bin/python bench/instructions.py [--n 1000] [--warm 1500]
+    .venv/bin/python bench/instructions.py --targets sluice --annotate 25
+
+Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), sluice, policy
+(bench/gateway.py describes them). `--annotate N` prints each target's N costliest
+functions (callgrind_annotate). Needs valgrind (scripts/setup.sh installs it).
+Prints figures and ratios; never a CI gate.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from bench import gateway as bench_gateway  # noqa: E402
+from bench.wrk import MODEL, BenchError  # noqa: E402
+from control_plane.runtime import gateway as gateway_module  # noqa: E402
+from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
+
+CALLGRIND = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file"]
+BODY = json.dumps({"model": MODEL, "max_tokens": 16,
+                   "messages": [{"role": "user", "content": "Say hello to the benchmark."}]},
+                  separators=(",", ":"))
+TARGETS = ("baseline", "lean", "sluice", "policy")
+
+
+def drive(port: int, key: str | None, n: int) -> None:
+    """`n` chat requests, one after another, on one keep-alive connection; each 200."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        for _ in range(n):
+            conn.request("POST", "/v1/chat/completions", BODY, headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200:
+                raise BenchError(f"answered {resp.status}: {body[:300]!r}")
+    finally:
+        conn.close()
+
+
+def count(pid: int, out_dir: Path, port: int, key: str | None, args) -> tuple[float, Path]:
+    """Instructions per request of process `pid`, and the callgrind file of the window."""
+    drive(port, key, args.warm)
+    subprocess.run(["callgrind_control", "--zero", str(pid)], check=True, capture_output=True)
+    drive(port, key, args.n)
+    before = set(out_dir.glob(f"callgrind.out.{pid}*"))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        new = set(out_dir.glob(f"callgrind.out.{pid}*")) - before
+        if new:
+            dump = max(new, key=lambda p: p.stat().st_mtime)
+            text = dump.read_text(errors="replace")
+            total = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+            if total:
+                return int(total.group(1)) / args.n, dump
+        time.sleep(0.2)
+    raise BenchError(f"callgrind wrote no dump for pid {pid}")
+
+
+def start_plain(prefix: Path, port: int, http_body: str, main: str = ""):
+    """One nginx process (no master) under callgrind."""
+    for sub in ("logs", "tmp", "conf"):
+        (prefix / sub).mkdir(parents=True, exist_ok=True)
+    conf = prefix / "conf" / "nginx.conf"
+    conf.write_text(bench_gateway.nginx_conf(1, http_body, main))
+    proc = spawn([*CALLGRIND, f"--callgrind-out-file={prefix}/callgrind.out.%p",
+                  f"--log-file={prefix}/logs/valgrind.%p.log", "nginx",
+                  "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"],
+                 log=prefix / "logs" / "stdout.log")
+    wait_port(port, timeout=90)
+    return proc
+
+
+def under_callgrind() -> None:
+    """Make control_plane's Gateway start its nginx as one process under callgrind."""
+    plain = gateway_module.Gateway._nginx
+
+    def _nginx(self, *args):
+        if args == ("-g", "daemon off;"):
+            return [*CALLGRIND, f"--callgrind-out-file={self.prefix}/callgrind.out.%p",
+                    f"--log-file={self.prefix}/logs/valgrind.%p.log",
+                    *plain(self, "-g", "daemon off; master_process off;")]
+        return plain(self, *args)
+
+    gateway_module.Gateway._nginx = _nginx
+    gateway_module.Gateway._wait_serving.__defaults__ = (120.0,)   # valgrind starts slowly
+
+
+def annotate(dump: Path, top: int) -> str:
+    res = subprocess.run(["callgrind_annotate", "--threshold=99", dump],
+                         capture_output=True, text=True)
+    rows = [line for line in res.stdout.splitlines() if re.match(r"\s*[\d,]+ \(", line)]
+    return "\n".join(rows[:top])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="requests counted per target")
+    parser.add_argument("--warm", type=int, default=1500, help="requests before counting")
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--annotate", type=int, default=0, metavar="N",
+                        help="print each target's N costliest functions")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t]
+    unknown = set(targets) - set(TARGETS)
+    if unknown or not targets:
+        parser.error(f"unknown targets {sorted(unknown)}; known: {', '.join(TARGETS)}")
+    for tool in ("valgrind", "callgrind_control", "nginx"):
+        if shutil.which(tool) is None:
+            print(f"bench needs `{tool}` on PATH (scripts/setup.sh installs valgrind)",
+                  file=sys.stderr)
+            return 1
+
+    top = Path(tempfile.mkdtemp(prefix="sluice-instructions-"))
+    top.chmod(0o755)
+    key = "sk-bench-" + "a" * 32
+    procs: list = []
+    gateway = None
+    figures: dict[str, float] = {}
+    dumps: dict[str, Path] = {}
+    try:
+        (upstream,) = free_ports(1)
+        procs.append(bench_gateway.start_nginx(top / "upstream", 1,
+                                               bench_gateway.upstream_http(upstream), upstream))
+        for name in ("baseline", "lean"):
+            if name not in targets:
+                continue
+            (port,) = free_ports(1)
+            body = (bench_gateway.baseline_http(port, upstream) if name == "baseline"
+                    else bench_gateway.lean_http(port, upstream, key))
+            main_ctx = "" if name == "baseline" else bench_gateway.LUA_MODULES
+            procs.append(start_plain(top / name, port, body, main_ctx))
+            figures[name], dumps[name] = count(procs[-1].pid, top / name, port,
+                                               key if name == "lean" else None, args)
+        if {"sluice", "policy"} & set(targets):
+            under_callgrind()
+            gateway = bench_gateway.start_gateway(top / "gateway", 1, upstream, key,
+                                                  key + "-plan")
+            for name, k in (("sluice", key), ("policy", key + "-plan")):
+                if name in targets:
+                    figures[name], dumps[name] = count(gateway.proc.pid, top / "gateway",
+                                                       gateway.cfg.port, k, args)
+    except BenchError as exc:
+        print(f"FAIL: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        for proc in reversed(procs):
+            stop(proc)
+
+    print(f"# instructions per request (valgrind callgrind, user space), "
+          f"{args.n} requests after {args.warm}, 1 nginx process per target")
+    print(f"{'target':<10} {'Ir/request':>11} {'x baseline':>11} {'x lean':>8}")
+    for name in targets:
+        ir = figures[name]
+        vs = [f"{ir / figures[b]:.2f}" if b in figures else "" for b in ("baseline", "lean")]
+        print(f"{name:<10} {ir:>11.0f} {vs[0]:>11} {vs[1]:>8}")
+    if args.annotate:
+        for name in targets:
+            print(f"\n# {name}: costliest functions (Ir over {args.n} requests)")
+            print(annotate(dumps[name], args.annotate))
+    if args.json:
+        args.json.write_text(json.dumps({"n": args.n, "warm": args.warm,
+                                         "ir_per_request": figures}, indent=2))
+    shutil.rmtree(top, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

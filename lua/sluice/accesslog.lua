@@ -1,0 +1,100 @@
+-- The access-log line of a public request, made whole here and written by nginx's
+-- buffered access_log (log_format sluice_json '$sluice_log_line' in
+-- nginx/nginx.conf.tmpl, escape=none): one variable set per request instead of ten looked
+-- up by name, and no per-field formatting in nginx. The bytes are those nginx's
+-- `escape=json` made from the same fields before (tests/lua/test_accesslog.lua).
+-- Pure: no ngx.*, so it runs under plain luajit.
+local str_find = string.find
+local str_gsub = string.gsub
+local str_format = string.format
+local str_char = string.char
+local tostring = tostring
+local type = type
+local floor = math.floor
+
+local _M = {}
+
+-- nginx's ngx_escape_json: `"` and `\` get a backslash, control bytes below 0x20
+-- their short form or \u00XX; everything else (UTF-8 and 0x7f too) stays as is.
+local SPECIAL = "[%z\1-\31\"\\]"
+local ESCAPES = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r",
+                  ["\t"] = "\\t", ["\b"] = "\\b", ["\f"] = "\\f" }
+for b = 0, 31 do
+    local c = str_char(b)
+    ESCAPES[c] = ESCAPES[c] or str_format("\\u%04X", b)
+end
+
+-- Escaped forms of the short values that repeat (names, paths), so that a line costs
+-- table lookups: string.find with a pattern is not compiled by LuaJIT, and calling
+-- it for every field made the line cost more than the nginx variables it replaces.
+local KNOWN_MAX = 2000      -- entries before the cache starts over
+local KNOWN_LEN = 96        -- longer values (excerpts, error bodies) are not kept
+local known, known_n = {}, 0
+
+-- `v` as the inside of a JSON string ("" for nil).
+local function esc(v)
+    if v == nil then
+        return ""
+    end
+    local e = known[v]
+    if e then
+        return e
+    end
+    if type(v) ~= "string" then
+        return tostring(v)
+    end
+    e = v
+    if str_find(v, SPECIAL) then
+        e = str_gsub(v, SPECIAL, ESCAPES)
+    end
+    if #v <= KNOWN_LEN then
+        if known_n >= KNOWN_MAX then
+            known, known_n = {}, 0
+        end
+        known[v] = e
+        known_n = known_n + 1
+    end
+    return e
+end
+_M.escape = esc
+
+-- nginx's $msec: seconds with three decimals, from `now` (ngx.now()).
+local function msec(now)
+    local ms = floor(now * 1000 + 0.5)
+    local s = floor(ms / 1000)
+    return str_format("%d.%03d", s, ms - s * 1000)
+end
+_M.msec = msec
+
+-- `v`, a number or a string of characters JSON leaves as they are ("" for nil): ids
+-- this gateway made or checked (request id, trace and span ids), counts, types.
+local function plain(v)
+    if v == nil then
+        return ""
+    end
+    return v
+end
+
+-- The line (no newline: nginx adds it), from the request's context (sluice/context.lua:
+-- the fields it owns for the log) and what the log phase read or worked out. Absent
+-- values are written empty: every field of the line is a JSON string. Only what a
+-- caller, a backend or the snapshot's names bring goes through esc().
+function _M.line(ctx, now, method, path, status, bytes_sent, consumer, plan, model,
+                 backend, latency_ms, upstream_ms)
+    return '{"time":"' .. msec(now) .. '","request_id":"' .. plain(ctx.request_id)
+        .. '","consumer":"' .. esc(consumer) .. '","plan":"' .. esc(plan)
+        .. '","model":"' .. esc(model) .. '","route":"' .. esc(ctx.route)
+        .. '","backend":"' .. esc(backend) .. '","method":"' .. method
+        .. '","path":"' .. esc(path) .. '","status":"' .. status
+        .. '","latency_ms":"' .. latency_ms .. '","upstream_ms":"' .. plain(upstream_ms)
+        .. '","prompt_tokens":"' .. plain(ctx.prompt_tokens)
+        .. '","completion_tokens":"' .. plain(ctx.completion_tokens)
+        .. '","cache":"' .. plain(ctx.cache_status) .. '","error_type":"' .. plain(ctx.error_type)
+        .. '","bytes_sent":"' .. plain(bytes_sent) .. '","excerpt":"' .. esc(ctx.excerpt)
+        .. '","fallback":"' .. esc(ctx.fallback) .. '","queue_ms":"' .. plain(ctx.queue_ms)
+        .. '","upstream_error":"' .. esc(ctx.upstream_error)
+        .. '","trace_id":"' .. plain(ctx.trace_id) .. '","span_id":"' .. plain(ctx.span_id)
+        .. '","parent_span_id":"' .. plain(ctx.parent_span_id) .. '"}'
+end
+
+return _M

@@ -1,0 +1,65 @@
+-- The access-log line (sluice/accesslog.lua): nginx's escape=json, byte for byte, and
+-- the fields of the line in their order.
+local accesslog = require("sluice.accesslog")
+local cjson = require("cjson.safe")
+
+local T = {}
+
+-- What nginx 1.22's `log_format ... escape=json` wrote for these bytes (checked
+-- against a real nginx logging a Lua-set variable holding all 256 byte values).
+function T.escapes_like_nginx()
+    local esc = accesslog.escape
+    assert(esc("\0") == "\\u0000")
+    assert(esc("\1\31") == "\\u0001\\u001F")
+    assert(esc("\11") == "\\u000B", "upper-case hex")
+    assert(esc("\b\t\n\f\r") == "\\b\\t\\n\\f\\r")
+    assert(esc('a"b\\c') == 'a\\"b\\\\c')
+    assert(esc("\127") == "\127", "DEL is not escaped")
+    assert(esc("caf\195\169 /v1/x?y=1") == "caf\195\169 /v1/x?y=1", "UTF-8 and / as they are")
+    assert(esc(nil) == "" and esc(12) == "12")
+end
+
+function T.all_bytes_round_trip()
+    local t = {}
+    for b = 0, 255 do
+        t[#t + 1] = string.char(b)
+    end
+    local raw = table.concat(t)
+    local doc = cjson.decode('"' .. accesslog.escape(raw) .. '"')
+    -- cjson refuses invalid UTF-8 only in strict builds; this one keeps bytes
+    assert(doc == raw, "decoding the escaped bytes gives them back")
+end
+
+function T.msec_three_decimals()
+    assert(accesslog.msec(1764435000.123) == "1764435000.123")
+    assert(accesslog.msec(1764435000) == "1764435000.000")
+    assert(accesslog.msec(1764435000.0996) == "1764435000.100")
+end
+
+local KEYS = { "time", "request_id", "consumer", "plan", "model", "route", "backend",
+               "method", "path", "status", "latency_ms", "upstream_ms", "prompt_tokens",
+               "completion_tokens", "cache", "error_type", "bytes_sent", "excerpt",
+               "fallback", "queue_ms", "upstream_error", "trace_id", "span_id",
+               "parent_span_id" }
+
+function T.line_fields_in_order()
+    local ctx = { request_id = "r1", route = "rt", prompt_tokens = 5, completion_tokens = 2,
+                  cache_status = "MISS", error_type = nil, excerpt = 'say "hi"\n',
+                  trace_id = "t", span_id = "s" }
+    local line = accesslog.line(ctx, 1764435000.5, "POST", "/v1/chat/completions", 200,
+                                "530", "alice", "gold", "m", "b1", 12, 3)
+    local doc = assert(cjson.decode(line))
+    local pos = 0
+    for _, k in ipairs(KEYS) do
+        local at = line:find('"' .. k .. '":', 1, true)
+        assert(at and at > pos, "key " .. k .. " in order")
+        pos = at
+        assert(type(doc[k]) == "string", k .. " is a string")
+    end
+    assert(doc.time == "1764435000.500" and doc.status == "200" and doc.latency_ms == "12")
+    assert(doc.upstream_ms == "3" and doc.prompt_tokens == "5" and doc.cache == "MISS")
+    assert(doc.excerpt == 'say "hi"\n' and doc.error_type == "" and doc.parent_span_id == "")
+    assert(doc.consumer == "alice" and doc.plan == "gold" and doc.bytes_sent == "530")
+end
+
+return T
