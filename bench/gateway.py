@@ -29,7 +29,14 @@ target in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
 median per target) and each target's ratio to plain nginx and to lean. Any non-2xx answer, from either
 target, fails the run (exit 1).
 
+With --half-load, then every plain-HTTP target at half of plain nginx's median req/s
+with an open-loop generator (bench/openloop.c: requests on a fixed timetable, latency
+from each request's due time, so no coordinated omission), `--rounds` alternating
+rounds: p50, p99, p99.9 and each target's p99 minus nginx's (issue 13: within 1 ms).
+--rate N: the open-loop rounds at N req/s, without the saturation rounds.
+
     .venv/bin/python bench/gateway.py [--duration 10] [--connections 32] [--workers 1]
+    .venv/bin/python bench/gateway.py --half-load --rounds 2 --duration 6
 
 See bench/README.md for what the figures mean. Never used as a CI gate.
 """
@@ -416,7 +423,8 @@ def open_loop_rounds(binary: Path, targets: dict, rate: float, args, why: str) -
             url, key = targets[name]
             r = run_openloop(binary, url, key, rate, args.duration, args.connections)
             lat = r["latency_ms"]
-            r["d_p99_ms"] = lat["p99"] - (runs["baseline"] or [r])[-1]["latency_ms"]["p99"]
+            base = r if name == "baseline" else runs["baseline"][-1]   # this round's
+            r["d_p99_ms"] = lat["p99"] - base["latency_ms"]["p99"]
             runs[name].append(r)
             print(f"{name:<12} {rnd:>6} {r['rate']:>8.0f} {lat['p50']:>8.3f} "
                   f"{lat['p99']:>8.3f} {lat['p99.9']:>9.3f} {lat['max']:>8.3f} "
