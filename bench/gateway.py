@@ -29,7 +29,14 @@ target in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
 median per target) and each target's ratio to plain nginx and to lean. Any non-2xx answer, from either
 target, fails the run (exit 1).
 
+With --half-load, then every plain-HTTP target at half of plain nginx's median req/s
+with an open-loop generator (bench/openloop.c: requests on a fixed timetable, latency
+from each request's due time, so no coordinated omission), `--rounds` alternating
+rounds: p50, p99, p99.9 and each target's p99 minus nginx's (issue 13: within 1 ms).
+--rate N: the open-loop rounds at N req/s, without the saturation rounds.
+
     .venv/bin/python bench/gateway.py [--duration 10] [--connections 32] [--workers 1]
+    .venv/bin/python bench/gateway.py --half-load --rounds 2 --duration 6
 
 See bench/README.md for what the figures mean. Never used as a CI gate.
 """
@@ -54,6 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
+from bench.openloop import build_openloop, run_openloop  # noqa: E402
 from bench.wrk import MODEL, BenchError, run_wrk  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
 
@@ -344,6 +352,107 @@ def print_ratios(summary: dict, workers: int) -> None:
         summary["lean_cpu" + suffix] = lean_cpu
 
 
+def saturation_rounds(args, targets: dict, masters: dict, wrk_headers: dict,
+                      threads: int) -> dict[str, list[dict]]:
+    """wrk (closed loop, as fast as the target answers) against every target in turn,
+    `--rounds` times; the figures of every run, per target."""
+    results: dict[str, list[dict]] = {name: [] for name in targets}
+    print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'cpu us/r':>8} {'non-2xx':>8} {'sock err':>8}")
+    for rnd in range(1, args.rounds + 1):
+        for name, (url, k) in targets.items():
+            r = run_wrk(url, k, args.duration, args.connections, threads,
+                        masters[name], headers=wrk_headers.get(name))
+            results[name].append(r)
+            print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
+                  f"{r['p99_ms']:>8.3f} {r.get('cpu_us', 0):>8.1f} "
+                  f"{r['non_2xx']:>8} {r['socket_errors']:>8}", flush=True)
+    return results
+
+
+def summarize(results: dict[str, list[dict]], workers: int) -> dict:
+    """The median per target, its ratios to plain nginx and lean, and the HTTPS pairs."""
+    summary = {name: {k: statistics.median(r[k] for r in runs)
+                      for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
+               for name, runs in results.items()}
+    for name, s in summary.items():
+        print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
+              f"{s['p99_ms']:>8.3f} {s['cpu_us']:>8.1f}")
+    print_ratios(summary, workers)
+    # HTTPS: Sluice terminating TLS against plain nginx terminating TLS
+    for name, base in (("sluice-tls", "baseline-tls"),
+                       ("sluice-tls-close", "baseline-tls-close")):
+        if name not in summary or base not in summary:
+            continue
+        b, s = summary[base], summary[name]
+        ratio = s["rps"] / b["rps"]
+        cpu_ratio = b["cpu_us"] / s["cpu_us"]
+        print(f"{name}/{base}: throughput {ratio:.3f} ({ratio:.1%}), "
+              f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, p99 x{s['p99_ms'] / b['p99_ms']:.2f}, "
+              f"worker CPU per request {s['cpu_us']:.1f} us against {b['cpu_us']:.1f} us "
+              f"(bound {cpu_ratio:.1%})")
+        suffix = "_tls" if name == "sluice-tls" else "_tls_close"
+        summary["ratio_rps" + suffix] = ratio
+        summary["ratio_cpu" + suffix] = cpu_ratio
+    return summary
+
+
+# ---- open loop: latency at a fixed offered load (issue 13) -----------------------
+
+P99_GOAL_MS = 1.0   # issue 13: p99 at half of nginx's saturating load within 1 ms of nginx's
+
+
+def open_loop_rounds(binary: Path, targets: dict, rate: float, args, why: str) -> dict:
+    """Every plain-HTTP target at `rate` req/s, open loop (bench/openloop.c: a fixed
+    timetable, latency from each request's due time), `--rounds` alternating rounds
+    of `--duration` over `--connections`. Per target the medians of p50, p99, p99.9,
+    and of each round's p99 minus plain nginx's p99 in the same round (Δp99)."""
+    names = [n for n, (url, _) in targets.items() if url.startswith("http://")]
+    if names[0] != "baseline":
+        raise BenchError("the open-loop rounds need plain nginx (baseline) first")
+    if len(names) < len(targets):
+        print("# open loop: plain HTTP only; not "
+              + ", ".join(n for n in targets if n not in names))
+    print(f"# open loop at {rate:.0f} req/s ({why}), {args.connections} connections, "
+          f"{args.rounds} rounds x {args.duration:g}s; latency from each request's due time")
+    print(f"{'target':<12} {'round':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'p99.9 ms':>9} {'max ms':>8} {'Δp99 ms':>8} {'failed':>7}")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for rnd in range(1, args.rounds + 1):
+        for name in names:
+            url, key = targets[name]
+            r = run_openloop(binary, url, key, rate, args.duration, args.connections)
+            lat = r["latency_ms"]
+            base = r if name == "baseline" else runs["baseline"][-1]   # this round's
+            r["d_p99_ms"] = lat["p99"] - base["latency_ms"]["p99"]
+            runs[name].append(r)
+            print(f"{name:<12} {rnd:>6} {r['rate']:>8.0f} {lat['p50']:>8.3f} "
+                  f"{lat['p99']:>8.3f} {lat['p99.9']:>9.3f} {lat['max']:>8.3f} "
+                  f"{r['d_p99_ms']:>8.3f} {r['failed']:>7}", flush=True)
+
+    summary = {}
+    for name, rs in runs.items():
+        s = {"rate": statistics.median(r["rate"] for r in rs),
+             **{f"{k.replace('.', '_')}_ms": statistics.median(r["latency_ms"][k] for r in rs)
+                for k in ("p50", "p99", "p99.9", "max")},
+             "d_p99_ms": statistics.median(r["d_p99_ms"] for r in rs)}
+        s["within_goal"] = s["d_p99_ms"] <= P99_GOAL_MS
+        summary[name] = s
+        print(f"{name:<12} {'median':>6} {s['rate']:>8.0f} {s['p50_ms']:>8.3f} "
+              f"{s['p99_ms']:>8.3f} {s['p99_9_ms']:>9.3f} {s['max_ms']:>8.3f} "
+              f"{s['d_p99_ms']:>8.3f}")
+    print(f"# p99 within {P99_GOAL_MS:g} ms of plain nginx's at {rate:.0f} req/s (issue 13):")
+    for name, s in summary.items():
+        if name != "baseline":
+            print(f"{name:<14} Δp99 {s['d_p99_ms']:+.3f} ms: "
+                  + ("yes" if s["within_goal"] else "NO"))
+        if s["rate"] < 0.95 * rate:
+            print(f"warning: {name} answered {s['rate']:.0f} req/s of {rate:.0f}: "
+                  "it (or this machine) did not keep up", file=sys.stderr)
+    return {"rate": rate, "why": why, "connections": args.connections,
+            "duration_s": args.duration, "goal_ms": P99_GOAL_MS, "summary": summary,
+            "runs": runs}
+
 # ---- main -------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,6 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--https", action="store_true",
                         help="also baseline and sluice over HTTPS (same certificate), "
                              "keep-alive and with a new connection per request")
+    parser.add_argument("--half-load", action="store_true",
+                        help="after the saturation rounds, every target at half of plain "
+                             "nginx's median req/s, open loop (bench/openloop.c): p50, p99, "
+                             "p99.9 and p99 minus nginx's (issue 13: within 1 ms)")
+    parser.add_argument("--rate", type=float,
+                        help="the open-loop rounds at this many req/s, instead of the "
+                             "saturation rounds")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary prefix (configs, logs)")
     args = parser.parse_args(argv)
@@ -389,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     wrk_headers: dict[str, list[str]] = {}
     verify: str | bool = True
     try:
+        openloop = build_openloop(top) if args.half_load or args.rate else None
         upstream_port, baseline_port, lean_port = free_ports(3)
         baseline_tls, sluice_tls = ("", None)
         if args.https:
@@ -451,40 +568,16 @@ def main(argv: list[str] | None = None) -> int:
                 run_wrk(url, k, args.warmup, args.connections, threads,
                         headers=wrk_headers.get(name))
 
-        results: dict[str, list[dict]] = {name: [] for name in targets}
-        print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'cpu us/r':>8} {'non-2xx':>8} {'sock err':>8}")
-        for rnd in range(1, args.rounds + 1):
-            for name, (url, k) in targets.items():
-                r = run_wrk(url, k, args.duration, args.connections, threads,
-                            masters[name], headers=wrk_headers.get(name))
-                results[name].append(r)
-                print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
-                      f"{r['p99_ms']:>8.3f} {r.get('cpu_us', 0):>8.1f} "
-                      f"{r['non_2xx']:>8} {r['socket_errors']:>8}", flush=True)
-
-        summary = {name: {k: statistics.median(r[k] for r in runs)
-                          for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
-                   for name, runs in results.items()}
-        for name, s in summary.items():
-            print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
-                  f"{s['p99_ms']:>8.3f} {s['cpu_us']:>8.1f}")
-        print_ratios(summary, args.workers)
-        # HTTPS: Sluice terminating TLS against plain nginx terminating TLS
-        for name, base in (("sluice-tls", "baseline-tls"),
-                           ("sluice-tls-close", "baseline-tls-close")):
-            if name not in summary or base not in summary:
-                continue
-            b, s = summary[base], summary[name]
-            ratio = s["rps"] / b["rps"]
-            cpu_ratio = b["cpu_us"] / s["cpu_us"]
-            print(f"{name}/{base}: throughput {ratio:.3f} ({ratio:.1%}), "
-                  f"p50 x{s['p50_ms'] / b['p50_ms']:.2f}, p99 x{s['p99_ms'] / b['p99_ms']:.2f}, "
-                  f"worker CPU per request {s['cpu_us']:.1f} us against {b['cpu_us']:.1f} us "
-                  f"(bound {cpu_ratio:.1%})")
-            suffix = "_tls" if name == "sluice-tls" else "_tls_close"
-            summary["ratio_rps" + suffix] = ratio
-            summary["ratio_cpu" + suffix] = cpu_ratio
+        results: dict[str, list[dict]] = {}
+        summary: dict = {}
+        if args.rate is None:
+            results = saturation_rounds(args, targets, masters, wrk_headers, threads)
+            summary = summarize(results, args.workers)
+        open_loop = None
+        if openloop is not None:
+            rate = args.rate or summary["baseline"]["rps"] / 2
+            open_loop = open_loop_rounds(openloop, targets, rate, args,
+                                         "given" if args.rate else "half of nginx's req/s")
         if args.json:
             args.json.write_text(json.dumps({
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -493,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                 "summary": summary,
                 "runs": {n: [{k: v for k, v in r.items() if k != "raw"} for r in runs]
                          for n, runs in results.items()},
+                "open_loop": open_loop,
             }, indent=2))
 
         failed = False
@@ -507,6 +601,13 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 url, k = targets[name]
                 show_failures(name, url, k, verify=verify)
+        for name, runs in (open_loop or {}).get("runs", {}).items():
+            bad = sum(r["failed"] for r in runs)
+            if bad:
+                failed = True
+                print(f"FAIL: {name} left {bad} requests of the open-loop rounds without a "
+                      f"2xx answer: {[(r['non_2xx'], r['unfinished'], r['errors']) for r in runs]}",
+                      file=sys.stderr)
         return 1 if failed else 0
     except BenchError as exc:
         print(f"FAIL: {exc}", file=sys.stderr)

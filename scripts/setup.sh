@@ -29,7 +29,9 @@ PACKAGES=(
 # answers in the documentation's examples (tests/e2e/test_docs_examples.py runs them).
 # rabbitmq-server: `sluice up` and the tests run private RabbitMQ nodes (images only
 # connect to a broker: SLUICE_AMQP_URL).
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq)
+# gcc, libc6-dev: the benches compile their open-loop load generator (bench/openloop.c),
+# and tests/unit/test_openloop.py checks it.
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
