@@ -15,6 +15,11 @@ Starts, in one temporary prefix:
             token-bucket rate limit, concurrency limit, daily request quota and
             monthly token quota (reservation + usage read from the answer), all
             set high enough never to refuse;
+  sluice-path  the same gateway serving model "bench-v2", named by the path
+            (POST /v2/models/bench-v2/infer, KServe v2; bench/v2_infer.lua), whose
+            kserve_v2 backend is the same upstream: a same-protocol passthrough, the
+            body never decoded (issue 13); --tensor-values sets its size;
+  baseline-path  plain nginx proxying that same request, the fair nginx for it;
   policy+redis  (--redis) the policy target on a second gateway in cluster mode,
             its limits counted in a private redis-server;
   baseline-tls, sluice-tls  (--https) the same two over HTTPS: an ssl listener beside
@@ -24,8 +29,8 @@ Starts, in one temporary prefix:
             `Connection: close`, so every request is a new connection and a full
             TLS handshake;
 
-then runs wrk (bench/chat.lua: a small chat body with an API key) against every
-target in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
+then runs wrk (bench/chat.lua: a small chat body with an API key; bench/v2_infer.lua
+for the -path targets) against every target in turn, `--rounds` times each, and prints requests/s, p50 and p99 (the
 median per target) and each target's ratio to plain nginx and to lean. Any non-2xx answer, from either
 target, fails the run (exit 1).
 
@@ -62,7 +67,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.openloop import build_openloop, run_openloop  # noqa: E402
-from bench.wrk import MODEL, BenchError, run_wrk  # noqa: E402
+from bench.wrk import MODEL, PATH_MODEL, BenchError, run_wrk  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
 
 UPSTREAM_ANSWER = {
@@ -72,6 +77,8 @@ UPSTREAM_ANSWER = {
                  "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
 }
+PATH_ANSWER = {"model_name": PATH_MODEL, "id": "bench",
+               "outputs": [{"name": "y", "shape": [1], "datatype": "FP32", "data": [0.5]}]}
 
 
 # ---- plain nginx ------------------------------------------------------------------
@@ -103,12 +110,17 @@ http {{
 
 def upstream_http(port: int) -> str:
     body = json.dumps(UPSTREAM_ANSWER, separators=(",", ":"))
+    path_body = json.dumps(PATH_ANSWER, separators=(",", ":"))
     return f"""
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         location = /v1/chat/completions {{
             default_type application/json;
             return 200 '{body}';
+        }}
+        location = /v2/models/{PATH_MODEL}/infer {{
+            default_type application/json;
+            return 200 '{path_body}';
         }}
         location / {{ return 404 '{{"error":"not found"}}'; }}
     }}"""
@@ -123,6 +135,7 @@ def baseline_http(port: int, upstream_port: int, extra: str = "") -> str:
     }}
     server {{
         listen 127.0.0.1:{port} backlog=4096;{extra}
+        client_body_buffer_size 1m;   # as the gateway and lean: no body goes to disk
         location / {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -229,10 +242,11 @@ POLICY_PLAN = {"id": 1, "name": "bench-plan", "rate_per_second": 1e6, "burst": 1
 
 
 def bench_snapshot(upstream_port: int, key: str, policy_key: str,
-                   max_in_flight: int | None = None) -> dict:
+                   max_in_flight: int | None = None, path_model: bool = False) -> dict:
     """A snapshot (docs/contracts.md) with one model, one backend, two consumers (one
-    on a plan), one key each."""
-    return {
+    on a plan), one key each. `path_model`: also PATH_MODEL, a kserve_v2 model on the
+    same upstream (the sluice-path target)."""
+    snap = {
         "version": 1,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "models": {MODEL: {
@@ -252,6 +266,12 @@ def bench_snapshot(upstream_port: int, key: str, policy_key: str,
                  {"id": 2, "consumer_id": 2, "prefix": policy_key[:11], "expires_at": None}},
         "plans": {"1": POLICY_PLAN},
     }
+    if path_model:
+        backend = dict(snap["models"][MODEL]["backends"][0], id=2, name="bench-upstream-v2",
+                       protocol="kserve_v2")
+        snap["models"][PATH_MODEL] = {"id": 2, "name": PATH_MODEL, "timeout_ms": 60000,
+                                      "backends": [backend]}
+    return snap
 
 
 def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
@@ -273,7 +293,8 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
     gateway = Gateway(cfg)
     try:
         gateway.start()
-        resp = gateway.push(bench_snapshot(upstream_port, key, policy_key, max_in_flight))
+        resp = gateway.push(bench_snapshot(upstream_port, key, policy_key, max_in_flight,
+                                           path_model=True))
         if resp.status_code != 200:
             raise BenchError(f"snapshot push answered {resp.status_code}: {resp.text}")
     except (RuntimeError, OSError) as exc:
@@ -287,17 +308,40 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
 
 # ---- checks (wrk runs: bench/wrk.py) ------------------------------------------------------------
 
-def check_answers(name: str, url: str, key: str | None, verify: str | bool = True) -> None:
-    """One real request before measuring: 200 and the upstream's answer, passed through.
-    `verify`: the CA file for https targets."""
+def path_named(name: str) -> bool:
+    """Does target `name` send bench/v2_infer.lua's request (model in the path)?"""
+    return name.endswith("-path")
+
+
+def bench_request(name: str, url: str, key: str | None, verify: str | bool = True,
+                  tensor_values: int = 4):
+    """One request of the kind target `name` is measured with."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
+    if path_named(name):
+        body = {"id": "bench", "inputs": [{
+            "name": "x", "shape": [1, tensor_values], "datatype": "FP32",
+            "data": [round(i / tensor_values, 4) for i in range(1, tensor_values + 1)]}]}
+        return requests.post(url + f"/v2/models/{PATH_MODEL}/infer", headers=headers,
+                             timeout=5, verify=verify, json=body)
+    return requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
                          verify=verify,
                          json={"model": MODEL,
                                "messages": [{"role": "user", "content": "hi"}]})
+
+
+def check_answers(name: str, url: str, key: str | None, verify: str | bool = True,
+                  tensor_values: int = 4) -> None:
+    """One real request before measuring: 200 and the upstream's answer, passed through.
+    `verify`: the CA file for https targets."""
+    resp = bench_request(name, url, key, verify, tensor_values)
     if resp.status_code != 200:
         raise BenchError(f"{name} answered {resp.status_code} before the run: "
                          f"{resp.headers!r} {resp.text[:500]}")
+    if path_named(name):
+        if resp.json() != PATH_ANSWER:
+            raise BenchError(f"{name} did not pass the upstream answer through: "
+                             f"{resp.text[:500]}")
+        return
     try:
         content = resp.json()["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
@@ -310,34 +354,33 @@ def check_answers(name: str, url: str, key: str | None, verify: str | bool = Tru
 
 
 def show_failures(name: str, url: str, key: str | None, n: int = 5,
-                  verify: str | bool = True) -> None:
+                  verify: str | bool = True, tensor_values: int = 4) -> None:
     """Print a few answers from a target that answered non-2xx under load."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     for _ in range(n):
-        resp = requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
-                             verify=verify,
-                             json={"model": MODEL,
-                                   "messages": [{"role": "user", "content": "hi"}]})
+        resp = bench_request(name, url, key, verify, tensor_values)
         print(f"  {name}: {resp.status_code} {resp.text[:300].rstrip()}", file=sys.stderr)
 
 
 # ---- ratios -----------------------------------------------------------------------
 
 # the JSON summary's key suffix per target (ratio_rps<suffix>, ratio_cpu<suffix>)
-SUFFIX = {"sluice": "", "policy": "_policy", "policy+redis": "_redis"}
+SUFFIX = {"sluice": "", "policy": "_policy", "policy+redis": "_redis", "sluice-path": "_path"}
 
 
 def print_ratios(summary: dict, workers: int) -> None:
     """Every target against plain nginx and against lean (the Lua floor); adds the
-    ratios to `summary` (ratio_rps*, ratio_cpu* vs nginx; lean_rps*, lean_cpu* vs lean)."""
+    ratios to `summary` (ratio_rps*, ratio_cpu* vs nginx; lean_rps*, lean_cpu* vs lean).
+    A path-named target's nginx is baseline-path (nginx proxying the same request);
+    lean is chat's (lean needs a model in the body)."""
     print(f"# ratios, {workers} worker(s): req/s and worker CPU per request "
           "(CPU ratio = the throughput bound where workers have the cores to themselves)")
     print(f"{'target':<14} {'vs nginx':>9} {'vs lean':>9} {'cpu us/r':>9} "
           f"{'cpu vs nginx':>13} {'cpu vs lean':>12} {'p50 x nginx':>12} {'p99 x nginx':>12}")
-    b, lean = summary["baseline"], summary.get("lean")
+    lean = summary.get("lean")
     for name, s in list(summary.items()):
-        if name == "baseline" or not isinstance(s, dict):
+        if name in ("baseline", "baseline-path") or not isinstance(s, dict):
             continue
+        b = summary["baseline-path" if path_named(name) else "baseline"]
         ratio = s["rps"] / b["rps"]
         cpu_ratio = b["cpu_us"] / s["cpu_us"] if s["cpu_us"] else 0.0
         lean_ratio = s["rps"] / lean["rps"] if lean else float("nan")
@@ -357,14 +400,15 @@ def saturation_rounds(args, targets: dict, masters: dict, wrk_headers: dict,
     """wrk (closed loop, as fast as the target answers) against every target in turn,
     `--rounds` times; the figures of every run, per target."""
     results: dict[str, list[dict]] = {name: [] for name in targets}
-    print(f"{'target':<12} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+    print(f"{'target':<13} {'round':>6} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'cpu us/r':>8} {'non-2xx':>8} {'sock err':>8}")
     for rnd in range(1, args.rounds + 1):
         for name, (url, k) in targets.items():
             r = run_wrk(url, k, args.duration, args.connections, threads,
-                        masters[name], headers=wrk_headers.get(name))
+                        masters[name], headers=wrk_headers.get(name),
+                        path_named=path_named(name), tensor_values=args.tensor_values)
             results[name].append(r)
-            print(f"{name:<12} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
+            print(f"{name:<13} {rnd:>6} {r['rps']:>10.0f} {r['p50_ms']:>8.3f} "
                   f"{r['p99_ms']:>8.3f} {r.get('cpu_us', 0):>8.1f} "
                   f"{r['non_2xx']:>8} {r['socket_errors']:>8}", flush=True)
     return results
@@ -376,7 +420,7 @@ def summarize(results: dict[str, list[dict]], workers: int) -> dict:
                       for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
                for name, runs in results.items()}
     for name, s in summary.items():
-        print(f"{name:<12} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
+        print(f"{name:<13} {'median':>6} {s['rps']:>10.0f} {s['p50_ms']:>8.3f} "
               f"{s['p99_ms']:>8.3f} {s['cpu_us']:>8.1f}")
     print_ratios(summary, workers)
     # HTTPS: Sluice terminating TLS against plain nginx terminating TLS
@@ -407,7 +451,9 @@ def open_loop_rounds(binary: Path, targets: dict, rate: float, args, why: str) -
     timetable, latency from each request's due time), `--rounds` alternating rounds
     of `--duration` over `--connections`. Per target the medians of p50, p99, p99.9,
     and of each round's p99 minus plain nginx's p99 in the same round (Δp99)."""
-    names = [n for n, (url, _) in targets.items() if url.startswith("http://")]
+    # the chat request openloop.c sends: not the HTTPS targets, not the path-named ones
+    names = [n for n, (url, _) in targets.items()
+             if url.startswith("http://") and not path_named(n)]
     if names[0] != "baseline":
         raise BenchError("the open-loop rounds need plain nginx (baseline) first")
     if len(names) < len(targets):
@@ -470,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-in-flight", type=int,
                         help="give the backend this capacity: admission control runs on "
                              "every request (set it above --connections: nothing is shed)")
+    parser.add_argument("--tensor-values", type=int, default=4,
+                        help="numbers in the -path targets' input tensor (4: a ~100-byte "
+                             "body like chat's; 8192: ~57 KB)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--redis", action="store_true",
                         help="also the policy target on a gateway in cluster mode (Redis)")
@@ -524,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
                                  baseline_port))
         targets = {"baseline": (f"http://127.0.0.1:{baseline_port}", None)}
         masters = {"baseline": procs[-1].pid}
+        targets["baseline-path"] = targets["baseline"]
+        masters["baseline-path"] = masters["baseline"]
         if args.https:
             for name in ("baseline-tls", "baseline-tls-close"):
                 targets[name] = (f"https://127.0.0.1:{baseline_tls_port}", None)
@@ -545,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                     masters[name] = gateway.proc.pid
                 wrk_headers["sluice-tls-close"] = ["Connection: close"]
             targets["sluice"] = (gateway.url.rstrip("/"), key)
+            targets["sluice-path"] = (gateway.url.rstrip("/"), key)
             targets["policy"] = (gateway.url.rstrip("/"), policy_key)
             if args.redis:
                 from control_plane.runtime.redis_server import RedisServer
@@ -555,8 +607,9 @@ def main(argv: list[str] | None = None) -> int:
                 targets["policy+redis"] = (gateways[-1].url.rstrip("/"), policy_key)
                 masters["policy+redis"] = gateways[-1].proc.pid
             masters["sluice"] = masters["policy"] = gateway.proc.pid
+            masters["sluice-path"] = gateway.proc.pid
         for name, (url, k) in targets.items():
-            check_answers(name, url, k, verify)
+            check_answers(name, url, k, verify, args.tensor_values)
         if redis is not None and not redis.command("KEYS", "sluice:qd:*"):
             raise BenchError("policy+redis did not count in Redis (see its error.log)")
 
@@ -566,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.warmup > 0:
             for name, (url, k) in targets.items():
                 run_wrk(url, k, args.warmup, args.connections, threads,
-                        headers=wrk_headers.get(name))
+                        headers=wrk_headers.get(name), path_named=path_named(name),
+                        tensor_values=args.tensor_values)
 
         results: dict[str, list[dict]] = {}
         summary: dict = {}
@@ -600,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL: {name} answered {bad} non-2xx responses; a few now:",
                       file=sys.stderr)
                 url, k = targets[name]
-                show_failures(name, url, k, verify=verify)
+                show_failures(name, url, k, verify=verify, tensor_values=args.tensor_values)
         for name, runs in (open_loop or {}).get("runs", {}).items():
             bad = sum(r["failed"] for r in runs)
             if bad:

@@ -15,6 +15,10 @@ from pathlib import Path
 
 WRK_SCRIPT = Path(__file__).resolve().parent / "chat.lua"
 MODEL = "bench-chat"   # the model the benches' snapshots serve and chat.lua asks for
+# a path-named request (KServe v2 infer), the model in the URL: bench/gateway.py's
+# sluice-path and baseline-path targets
+PATH_SCRIPT = Path(__file__).resolve().parent / "v2_infer.lua"
+PATH_MODEL = "bench-v2"
 
 
 class BenchError(RuntimeError):
@@ -94,12 +98,16 @@ def worker_cpu_seconds(master_pid: int) -> float:
 
 def run_wrk(url: str, key: str | None, duration: float, connections: int,
             threads: int, master_pid: int | None = None,
-            headers: list[str] | None = None) -> dict:
+            headers: list[str] | None = None, path_named: bool = False,
+            tensor_values: int = 4) -> dict:
     """`headers` ("Name: value") go on every request: "Connection: close" makes wrk
-    open a new connection (and, over https, do a full TLS handshake) per request."""
+    open a new connection (and, over https, do a full TLS handshake) per request.
+    `path_named`: v2_infer.lua's request (model in the path, an input tensor of
+    `tensor_values` numbers) instead of chat.lua's."""
     extra = [arg for h in headers or [] for arg in ("-H", h)]
+    script, model = (PATH_SCRIPT, PATH_MODEL) if path_named else (WRK_SCRIPT, MODEL)
     args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
-            *extra, "-s", str(WRK_SCRIPT), url, "--", key or "", MODEL]
+            *extra, "-s", str(script), url, "--", key or "", model, str(tensor_values)]
     cpu0 = worker_cpu_seconds(master_pid) if master_pid else None
     out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
     if out.returncode != 0:

@@ -22,8 +22,9 @@
 --                                   (the metrics' and the log line's "model")
 --  model              phases        the chosen model (snapshot table); fallback: its
 --                                   fallback model
---  request_doc        router        decoded request body (fallback: the re-encoded one)
---  request_len        router        its length in bytes
+--  request_doc        router        decoded request body (fallback: the re-encoded one);
+--                                   nil when no step reads it (sluice/body.lua)
+--  request_len        router        the body's length in bytes
 --  excerpt            pii           PII-masked start of the body, when enabled
 --  slot               policy        concurrency key held (false: none / given back)
 --  rl_limit, rl_remaining, rl_reset   policy   X-RateLimit-* of a limited consumer

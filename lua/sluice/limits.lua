@@ -153,7 +153,8 @@ _M.uncount = uncount
 -- run is refused for saturation: policy.undo). Returns nil when admitted, else the
 -- limit that refused ("rate", "daily", "monthly", "tokens") and seconds to wait. A
 -- later refusal gives back the quotas already counted (the rate token stays taken). A
--- broken dict (full) lets the limit through rather than refuse everybody.
+-- broken dict (full) lets the limit through rather than refuse everybody. (Cluster
+-- mode adds "unavailable", seconds to wait and a message: redis_limits.lua.)
 function _M.take_all(req)
     local ok, remaining, reset, wait = _M.take(req.rate_key, req.rate, req.burst)
     if ok == nil then

@@ -291,8 +291,8 @@ local function admit(ctx)
                "no backend of model " .. model_name .. " is available"
     end
     ctx.model = model
-    doc = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
-    if not doc then
+    doc, msg = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
+    if msg then
         return 500, "internal_error", "the request could not be masked"
     end
     fallback.arm(ctx, model)   -- before forward() rewrites the body

@@ -77,7 +77,9 @@ end
 -- values (and keys) of the JSON body that goes to the backend. Numbers and the
 -- document's shape are left as they are: only string literals are rewritten, and no
 -- placeholder needs escaping. Returns the document to convert from (re-decoded when
--- something was masked), or nil when masking failed (nothing may be forwarded then).
+-- something was masked; nil stays nil for a body no step decodes, which a model with
+-- mask_pii never has: sluice.body), or nil and an error when masking failed (nothing
+-- may be forwarded then).
 function _M.forward(model, doc)
     if not model.mask_pii then
         return doc
@@ -89,7 +91,7 @@ function _M.forward(model, doc)
     local masked, _, err = re_gsub(raw, JSON_STRING, mask_literal, "jo")
     if not masked then
         ngx.log(ngx.ERR, "pii masking of the request failed: ", err)
-        return nil
+        return nil, "pii masking of the request failed"
     end
     if masked == raw then
         return doc

@@ -100,11 +100,13 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     end
 
     local req = wanted(ctx, lim, keys, llm, slot_refused)
-    local refused, retry_after = limits.take_all(req)
+    local refused, retry_after, why = limits.take_all(req)
     if req.remaining then
         ctx.rl_limit, ctx.rl_remaining, ctx.rl_reset = lim.burst, req.remaining, req.reset
     end
-    if refused == "rate" then
+    if refused == "unavailable" then   -- cluster mode: Redis down, failure = "closed"
+        return 503, "backend_unavailable", why, { retry_after = retry_after }
+    elseif refused == "rate" then
         local key = ctx.slot
         if key then     -- taken above, not needed after all
             ctx.slot = false

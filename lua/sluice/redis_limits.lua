@@ -36,7 +36,6 @@
 -- log says so once per LOG_EVERY_S per worker.
 -- Concurrency limits stay per gateway (see docs/contracts.md).
 local limits = require("sluice.limits")
-local errors = require("sluice.errors")
 local metrics = require("sluice.metrics")
 local new_tab = require("table.new")
 
@@ -203,11 +202,13 @@ local function up()
     return not dict:get(DOWN_KEY)
 end
 
+-- Redis failing with failure = "closed": the request is refused (policy.check turns
+-- this into its 503, phases sends it). Returns take_all's refusal: "unavailable",
+-- the seconds until Redis is tried again, and the message.
 local function unavailable(what)
     metrics.inc("sluice_redis_bypassed_total", 1, "refused")
-    return errors.exit(503, "backend_unavailable", "the " .. what .. " cannot be checked: "
-                       .. "the cluster's limit store (Redis) is unavailable",
-                       { retry_after = RETRY_S })
+    return "unavailable", RETRY_S, "the " .. what .. " cannot be checked: "
+           .. "the cluster's limit store (Redis) is unavailable"
 end
 
 -- The counter key and seconds left in the current UTC day ("d") or month ("m"),
@@ -237,7 +238,7 @@ local function put_counter(cmd, nkeys, i, prefix, period, amount, limit, now)
     return key, ttl
 end
 
--- Redis failing: this gateway's own counters, or 503.
+-- Redis failing: this gateway's own counters, or a refusal (unavailable).
 local function without_redis(req, nkeys)
     if fail_open then
         metrics.inc("sluice_redis_bypassed_total", nkeys, "local")

@@ -3,17 +3,20 @@
 -- protocol natively wins; else the first pool in the model's `pool_order`.
 local cjson = require("cjson.safe")
 local pii = require("sluice.pii")
+local body_rules = require("sluice.body")
 
 local ngx = ngx
 local ngx_req = ngx.req
 local re_find = ngx.re.find
 local type = type
+local shape_error = body_rules.shape_error
+local needs_doc = body_rules.needs_doc
 
 local _M = {}
 
--- The request body as a JSON object: returns the raw body and its decoded table,
--- or nil, status, type, message.
-local function json_body(ctx)
+-- The request body, read and checked without decoding it (valid UTF-8, shaped like a
+-- JSON object: sluice.body): returns it, or nil, status, type, message.
+local function read_body(ctx)
     ngx_req.read_body()
     local body = ngx_req.get_body_data()
     if not body then
@@ -29,27 +32,44 @@ local function json_body(ctx)
         return nil, 400, "invalid_request", "request body is not valid UTF-8"
     end
     pii.excerpt(ctx, body)
-    if not re_find(body, [[^\s*\{]], "jo") then
-        return nil, 400, "invalid_request", "request body must be a JSON object"
+    local bad = shape_error(body)
+    if bad then
+        return nil, 400, "invalid_request", bad
     end
+    return body
+end
+
+-- The decoded body (a table), or nil, status, type, message.
+local function decode(body)
     local doc, derr = cjson.decode(body)
     if type(doc) ~= "table" then
         return nil, 400, "invalid_request", "request body is not valid JSON: " .. (derr or "")
     end
-    return body, doc
+    return doc
 end
 
--- The model a request names and the decoded body. Returns model name, body; or nil,
--- status, type, message. The unified envelope may name a `model_type` instead of a
--- `model` (brief 000): the snapshot's `model_types` map says which model or route
--- serves it; `model`, when present, wins.
+-- The model a request names and its decoded body. Returns model name, body; or nil,
+-- status, type, message. A path-named model's body is decoded only when a step reads
+-- it (sluice.body says when): the body is nil otherwise. The unified envelope may name
+-- a `model_type` instead of a `model` (brief 000): the snapshot's `model_types` map
+-- says which model or route serves it; `model`, when present, wins.
+-- Sets ctx.request_len, and ctx.request_doc when decoded.
 function _M.model_name(ctx, endpoint, path_model, snap)
-    local body, doc, err_type, msg = json_body(ctx)
+    local body, status, err_type, msg = read_body(ctx)
     if not body then
-        return nil, doc, err_type, msg
+        return nil, status, err_type, msg
+    end
+    ctx.request_len = #body
+    if endpoint.model_in_path and not needs_doc(snap, endpoint, path_model) then
+        return path_model, nil   -- forwarded as it came
+    end
+    local doc
+    doc, status, err_type, msg = decode(body)
+    if not doc then
+        return nil, status, err_type, msg
     end
     -- kept for later steps (token reservation) so the body is decoded once
-    ctx.request_doc, ctx.request_len = doc, #body
+    ctx.request_doc = doc
     if endpoint.model_in_path then
         return path_model, doc
     end

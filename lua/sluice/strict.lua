@@ -249,6 +249,16 @@ function _M.limit(model)
     return DEFAULT_MAX_OUTPUT
 end
 
+-- The endpoints check() reads the body of (the others pass any body, even none).
+local CHECKED = { chat = true, completions = true, embeddings = true, unified = true,
+                  infer = true }
+
+-- Does check() read the body of endpoint `endpoint_name`? (sluice.body: a body no step
+-- reads is not decoded.)
+function _M.checks(endpoint_name)
+    return CHECKED[endpoint_name] == true
+end
+
 -- Checks the body `doc` of an endpoint named `endpoint_name` (sluice.endpoints) for a
 -- model whose output limit is `limit`. Returns nil when it is fine, or the bad
 -- param's name and a message.
