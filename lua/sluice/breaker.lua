@@ -17,6 +17,7 @@ local floor = math.floor
 local type = type
 local pairs = pairs
 local tostring = tostring
+local setmetatable = setmetatable
 
 local dict = ngx.shared.sluice_breaker
 
@@ -30,6 +31,24 @@ local DEFAULTS = {
 }
 
 local _M = { DEFAULTS = DEFAULTS }
+
+-- id -> "open:<id>", and id -> the request-count key of the current bucket: built
+-- once per backend (and bucket), not concatenated on every request
+local open_key = setmetatable({}, { __index = function(t, id)
+    local k = "open:" .. id
+    t[id] = k
+    return k
+end })
+local count_key = {}   -- id -> { bucket, "n:<id>:<bucket>" }
+
+local function n_key(id, b)
+    local c = count_key[id]
+    if not c or c[1] ~= b then
+        c = { b, "n:" .. id .. ":" .. b }
+        count_key[id] = c
+    end
+    return c[2]
+end
 
 -- Snapshot's optional "breaker" object over the defaults; validated by config.lua.
 function _M.settings(s)
@@ -61,11 +80,11 @@ end
 
 -- Unix time the backend's cooldown ends, or nil when closed.
 function _M.open_until(id)
-    return dict:get("open:" .. id)
+    return dict:get(open_key[id])
 end
 
 function _M.state(id, now)
-    local until_ = dict:get("open:" .. id)
+    local until_ = dict:get(open_key[id])
     if not until_ then return "closed" end
     return (now or ngx_now()) < until_ and "open" or "half_open"
 end
@@ -99,7 +118,7 @@ end
 -- One finished attempt at backend `id` (string).
 function _M.record(id, ok, cfg)
     local now = ngx_now()
-    local until_ = dict:get("open:" .. id)
+    local until_ = dict:get(open_key[id])
     if until_ then
         if now >= until_ then   -- a half-open probe's outcome
             if ok then
@@ -113,7 +132,7 @@ function _M.record(id, ok, cfg)
     local bucket_s = cfg.window_s / BUCKETS
     local b = floor(now / bucket_s)
     local ttl = cfg.window_s + bucket_s
-    dict:incr("n:" .. id .. ":" .. b, 1, 0, ttl)
+    dict:incr(n_key(id, b), 1, 0, ttl)
     if ok then return end
     dict:incr("e:" .. id .. ":" .. b, 1, 0, ttl)
     local total, errors = 0, 0

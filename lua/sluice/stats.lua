@@ -17,15 +17,22 @@ local LAST = 5
 local _M = { LAST = LAST }
 
 -- One attempt at backend `id` (string): ok (boolean), latency in ms (or nil).
-function _M.record(id, ok, latency_ms)
-    if ok then
-        dict:incr("ok:" .. id, 1, 0)
-    else
-        dict:incr("fail:" .. id, 1, 0)
+-- id -> its keys, made once per backend rather than concatenated per request
+local keys = setmetatable({}, { __index = function(t, id)
+    local k = { ok = "ok:" .. id, fail = "fail:" .. id, lati = "lati:" .. id }
+    for slot = 0, LAST - 1 do
+        k[slot] = "lat:" .. id .. ":" .. slot
     end
+    t[id] = k
+    return k
+end })
+
+function _M.record(id, ok, latency_ms)
+    local k = keys[id]
+    dict:incr(ok and k.ok or k.fail, 1, 0)
     if latency_ms then
-        local i = dict:incr("lati:" .. id, 1, 0)
-        dict:set("lat:" .. id .. ":" .. (i % LAST), latency_ms)
+        local i = dict:incr(k.lati, 1, 0)
+        dict:set(k[i % LAST], latency_ms)
     end
 end
 
