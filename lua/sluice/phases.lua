@@ -455,8 +455,9 @@ local function backend_answered(ctx)
     return last ~= nil and tonumber(last) ~= nil
 end
 
--- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 and backend
--- 5xx (proxy_intercept_errors) leave in the error template.
+-- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 leave in
+-- the error template (a backend's own errors are converted by sluice.convert; a
+-- relayed backend 504 comes here only to reach the fallback).
 function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
@@ -475,19 +476,6 @@ function _M.error_page()
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
         upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
-    elseif backend_answered(ctx) then
-        if status < 500 then
-            -- only 413 is intercepted below 500: the backend refused the body
-            err_type, msg = errors.type_for(status), "the backend refused the request ("
-                                                     .. status .. ")"
-        elseif status == 503 then
-            err_type, msg = "backend_unavailable", "the backend is unavailable (503)"
-        elseif status == 504 then
-            err_type, msg = "backend_timeout", "the backend timed out (504)"
-        else
-            msg = "the backend failed (" .. status .. ")"
-            status, err_type = 502, "backend_error"
-        end
     elseif status == 413 then
         err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
     elseif status == 494 or status == 400 then

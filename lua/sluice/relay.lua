@@ -15,6 +15,8 @@
 -- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
 -- or streamed frame by frame. An https backend with its own trust set (its TLS
 -- location is a named one, which a subrequest cannot reach) keeps the direct path.
+local errors = require("sluice.errors")
+
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
@@ -85,11 +87,19 @@ end
 local INTERCEPTED = { [413] = true, [500] = true, [502] = true, [503] = true, [504] = true }
 
 -- The status to end the public request with, so that its own error page answers
--- (as it would have without the subrequest); or nil.
+-- (as it would have without the subrequest); or nil. A backend's own 504 comes
+-- back converted (nginx intercepts no backend answer), but a model with a fallback
+-- falls back on it as on nginx's timeout: the error page does that, and the log
+-- line keeps the backend's words (ctx.upstream_error).
 function _M.intercepted(ctx, res)
     local status = ctx.relay_status
-    if res.truncated and status and INTERCEPTED[status] and (res.body or "") == "" then
+    if not status then
+        return nil
+    end
+    if (res.truncated and INTERCEPTED[status] and (res.body or "") == "")
+       or (status == 504 and ctx.fallback_to and not ctx.fallback) then
         ctx.relayed = nil
+        errors.note(ctx, nil)   -- the converted 504 is dropped, and its type with it
         return status
     end
     return nil

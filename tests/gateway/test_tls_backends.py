@@ -273,7 +273,9 @@ def test_a_backends_own_502_is_not_taken_for_a_tls_failure(gateway, helpers, ca,
         refused_for_tls(r, helpers)
         r = s.post(gateway.url + "/v1/chat/completions", json={**body, "model": "good"},
                    headers={**h, "X-Demo-Status": "502"}, timeout=10)
-    helpers.assert_error(r, 502, "backend_error")
+    # the backend's own error, its OpenAI type kept for an OpenAI caller
+    err = helpers.assert_error(r, 502, "server_error")
+    assert "injected status 502" in err["message"]
     assert good.requests_seen == 1
 
 
