@@ -67,6 +67,8 @@
 --                                   subrequest's $upstream_status, _response_time
 --                                   and _header_time, for the log phase and the
 --                                   error page of the public request
+--  upstream_earlier   phases        a relayed fallback: the first pass's attempts
+--                                   ({status, times, header times}), joined first
 --  relay_status       phases        the subrequest's status before its filters
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a

@@ -154,8 +154,8 @@ end
 
 -- The error body for a conversion failure. A whole answer is converted in a
 -- subrequest (lua/sluice/relay.lua), so the caller gets a real 502 (conv.failed
--- holds the reason); a stream converted frame by frame, or a backend behind its own
--- TLS location, has sent its 200 already and gets this body (SSE: as an error event).
+-- holds the reason); a stream converted frame by frame has sent its 200 already and
+-- gets this body (SSE: as an error event).
 local function failure(msg)
     ngx_log(ERR, "cannot convert the backend answer: ", msg)
     return errors.body(502, "backend_error", "cannot convert the backend answer: " .. msg)

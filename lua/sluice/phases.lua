@@ -132,7 +132,8 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
     ngx_var.sluice_upstream_host = backend.host_header
     ngx_var.sluice_upstream_auth = backend.auth_header
     ngx_var.sluice_upstream_uri = backend.base_path .. path
-    upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
+    -- a backend of another trust set: ngx.exec, unless the answer is relayed
+    upstream_tls.forward(backend, relay.wanted(ctx))
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
@@ -286,9 +287,30 @@ local function admit(ctx)
     return forward(ctx, endpoint, doc, model_name, pool, backend)
 end
 
+local function joined(first, second)
+    if not first then
+        return second
+    end
+    if not second then
+        return first
+    end
+    return first .. ", " .. second
+end
+
 -- A converted whole answer, fetched through the subrequest (sluice.relay): sent with
 -- its own status, or a 502 when its conversion failed.
 local function send_relayed(ctx)
+    if ctx.fallback then
+        -- the first pass's attempts (its subrequest's, or proxied from here) come
+        -- first in the log line and the breakers' bookkeeping (sets
+        -- ctx.upstream_earlier; note_upstream joins the fallback's to them)
+        ctx.upstream_earlier = {
+            joined(ctx.upstream_status, ngx_var.upstream_status),
+            joined(ctx.upstream_times, ngx_var.upstream_response_time),
+            joined(ctx.upstream_header_times, ngx_var.upstream_header_time),
+        }
+    end
+    ctx.relay_status = nil
     local res = relay.fetch(ctx)
     local intercepted = relay.intercepted(ctx, res)
     if intercepted then
@@ -333,11 +355,13 @@ end
 
 -- The last upstream attempt's status and times, for the log phase of the public
 -- request, read where a subrequest (sluice.relay) ends: the public request's own
--- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times).
+-- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times,
+-- ctx.upstream_header_times; after ctx.upstream_earlier, a relayed fallback's).
 local function note_upstream(ctx)
-    ctx.upstream_status = ngx_var.upstream_status
-    ctx.upstream_times = ngx_var.upstream_response_time
-    ctx.upstream_header_times = ngx_var.upstream_header_time
+    local e = ctx.upstream_earlier or {}
+    ctx.upstream_status = joined(e[1], ngx_var.upstream_status)
+    ctx.upstream_times = joined(e[2], ngx_var.upstream_response_time)
+    ctx.upstream_header_times = joined(e[3], ngx_var.upstream_header_time)
 end
 
 function _M.balancer()
@@ -385,29 +409,23 @@ function _M.body_filter()
     end
 end
 
-local function joined(first, second)
-    if not first then
-        return second
-    end
-    if not second then
-        return first
-    end
-    return first .. ", " .. second
-end
-
 function _M.log()
     local ctx = context.finish()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
-    -- from this request: both, in order, as nginx lists several attempts
-    local times = joined(ctx.upstream_times, ngx_var.upstream_response_time)
+    -- from this request: both, in order, as nginx lists several attempts (a relayed
+    -- fallback's ctx.upstream_* hold them all already)
+    local own = not ctx.upstream_earlier
+    local times = own and joined(ctx.upstream_times, ngx_var.upstream_response_time)
+                  or ctx.upstream_times
     observe.log(ctx, times)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, joined(ctx.upstream_status, ngx_var.upstream_status), times,
-                     ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, own and joined(ctx.upstream_status, ngx_var.upstream_status)
+                          or ctx.upstream_status,
+                     times, ctx.breaker_cfg or breaker_defaults)
     end
 end
 
@@ -418,7 +436,12 @@ function _M.fallback()
     if endpoint then
         local status, _, msg = forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
         if not status then
-            return fallback.sent(ctx)
+            fallback.sent(ctx)
+            -- an answer converted whole: its status after the conversion, as in access
+            if relay.wanted(ctx) then
+                return send_relayed(ctx)
+            end
+            return
         end
         doc = "cannot take this request: " .. msg
     end

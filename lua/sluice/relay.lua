@@ -11,10 +11,13 @@
 -- request then sends its answer, or a 502 in the error template when the conversion
 -- failed or the answer was cut short.
 --
+-- An https backend with its own trust set is reached through the internal twin of
+-- its TLS location (/_sluice/buffered_tls/..., sluice.upstream_tls). A model's
+-- fallback (@sluice_fallback) relays its answer the same way.
+--
 -- Cost: a subrequest per converted whole answer, and the converted answer held in
 -- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
--- or streamed frame by frame. An https backend with its own trust set (its TLS
--- location is a named one, which a subrequest cannot reach) keeps the direct path.
+-- or streamed frame by frame (bench/relay.py measures it).
 local errors = require("sluice.errors")
 
 local ngx = ngx
@@ -54,8 +57,11 @@ function _M.fetch(ctx)
         saved[i] = ngx_var[VARS[i]] or ""
     end
     ctx.relay_vars = saved
-    local res = capture(LOCATION, { method = HTTP_POST, always_forward_body = true,
-                                    ctx = ctx })
+    -- the chosen backend's own trust location, or location /'s twin
+    local tls = ctx.pool.backends[ctx.backend_index].tls
+    local uri = tls and tls.buffered or LOCATION
+    local res = capture(uri, { method = HTTP_POST, always_forward_body = true,
+                               ctx = ctx })
     ctx.relayed = true
     return res
 end
