@@ -38,6 +38,7 @@ local ngx_var = ngx.var
 local ngx_header = ngx.header
 local ngx_log = ngx.log
 local ngx_print = ngx.print
+local ngx_flush = ngx.flush
 local ngx_exit = ngx.exit
 local ngx_exec = ngx.exec
 local HTTP_OK = ngx.HTTP_OK
@@ -297,8 +298,22 @@ local function joined(first, second)
     return first .. ", " .. second
 end
 
--- A converted whole answer, fetched through the subrequest (sluice.relay): sent with
--- its own status, or a 502 when its conversion failed.
+-- A relayed stream whose first frame converted: 200, then each piece as it comes.
+local function send_stream(ctx)
+    relay.stream_headers(ctx)
+    ngx.send_headers()
+    local piece = relay.next_piece(ctx)
+    while piece do
+        ngx_print(piece)
+        ngx_flush(true)
+        piece = relay.next_piece(ctx)
+    end
+    relay.finish_stream(ctx)
+    return ngx_exit(HTTP_OK)
+end
+
+-- A converted answer, fetched through the subrequest (sluice.relay): sent with its
+-- own status, or a 502 when its conversion (a stream's first frame) failed.
 local function send_relayed(ctx)
     if ctx.fallback then
         -- the first pass's attempts (its subrequest's, or proxied from here) come
@@ -311,7 +326,15 @@ local function send_relayed(ctx)
         }
     end
     ctx.relay_status = nil
-    local res = relay.fetch(ctx)
+    local res
+    if relay.streams(ctx) then
+        if relay.open_stream(ctx) == "ok" then
+            return send_stream(ctx)
+        end
+        res = relay.finish_stream(ctx)   -- an error answer, or the first frame failed
+    else
+        res = relay.fetch(ctx)
+    end
     local intercepted = relay.intercepted(ctx, res)
     if intercepted then
         -- nginx ended the subrequest before any error page: the public request's
@@ -379,7 +402,7 @@ function _M.header_filter()
     if id then
         ngx_header["X-Request-Id"] = id
     end
-    if ctx.relayed then
+    if ctx.relayed and not ngx.is_subrequest then
         return   -- the subrequest's filters made this answer
     end
     if ctx.relay_vars and ngx.is_subrequest then
@@ -392,20 +415,28 @@ function _M.header_filter()
     cache.header_filter(ctx)
     routes.header(ctx, ngx_header)
     fallback.header_filter(ctx)
+    if ctx.relay_queue and ngx.is_subrequest then
+        relay.note_headers(ctx)   -- a relayed stream's, for the public request
+    end
 end
 
 -- Conversion first: token accounting then reads the answer the caller gets, in
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
-    if ctx.relayed then
+    if ctx.relayed and not ngx.is_subrequest then
         return
     end
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
-    if ctx.relay_vars and ngx.arg[2] and ngx.is_subrequest then
-        note_upstream(ctx)
+    if ctx.relay_vars and ngx.is_subrequest then
+        if ngx.arg[2] then
+            note_upstream(ctx)
+        end
+        if ctx.relay_queue then
+            relay.hand_over(ctx)   -- a relayed stream's piece, to the public request
+        end
     end
 end
 
