@@ -21,15 +21,18 @@ from waiting import eventually
 class _V2Stream(BaseHTTPRequestHandler):
     """A KServe v2 generate_stream backend; X-Frames picks what it streams: good,
     bad-first (an error frame first), bad-later (two words, then an error frame),
-    slow (40 words, 100 ms apart; counts streams cut short in server.aborted)."""
+    slow (40 words, 100 ms apart; counts streams cut short in server.aborted),
+    stall (answers after 2 s)."""
 
     protocol_version = "HTTP/1.1"
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         kind = self.headers.get("X-Frames", "good")
+        if kind == "stall":   # past the model's timeout, before any header
+            time.sleep(2)
         words = {"good": ["one", " two"], "bad-first": [], "bad-later": ["one", " two"],
-                 "slow": [" w"] * 40}[kind]
+                 "slow": [" w"] * 40, "stall": ["late"]}[kind]
         frames = [{"model_name": "m", "text_output": w} for w in words]
         if kind.startswith("bad"):
             frames.append({"error": "model exploded"})
@@ -55,7 +58,10 @@ class _V2Stream(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def v2(gateway, helpers):
+def v2(gateway, helpers, backends):
+    """`v2` on the test's backend; `v2-stalls` on it too, with a 300 ms timeout and
+    `fast` (openai-a) as its fallback; `fast-then-v2` times out on openai-a (asked for
+    a 2 s latency) and falls back to `v2`."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _V2Stream)
     server.aborted = 0
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
@@ -63,19 +69,25 @@ def v2(gateway, helpers):
     b = {"id": 1, "name": "v2s", "protocol": "kserve_v2", "scheme": "http",
          "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
          "base_path": "", "weight": 1}
-    r = gateway.push(helpers.make_snapshot(1, {"v2": (5000, [b])}))
+    snap = helpers.make_snapshot(1, {"v2": (5000, [b]), "v2-stalls": (300, [b]),
+                                     "fast": (5000, [backends["openai-a"].entry(2)]),
+                                     "fast-then-v2": (300, [backends["openai-a"].entry(3)])})
+    snap["models"]["v2-stalls"]["fallback_model"] = "fast"
+    snap["models"]["fast-then-v2"]["fallback_model"] = "v2"
+    r = gateway.push(snap)
     assert r.status_code == 200, r.text
     yield gateway, server
     server.shutdown()
     server.server_close()
 
 
-def stream(gw, helpers, frames, rid=None):
-    headers = {"Authorization": f"Bearer {helpers.KEY}", "X-Frames": frames}
+def stream(gw, helpers, frames, rid=None, model="v2", headers=None):
+    headers = {"Authorization": f"Bearer {helpers.KEY}", "X-Frames": frames,
+               **(headers or {})}
     if rid:
         headers["X-Request-Id"] = rid
     return requests.post(gw.url + "/v1/chat/completions", headers=headers, timeout=10,
-                         stream=True, json={"model": "v2", "stream": True,
+                         stream=True, json={"model": model, "stream": True,
                                             "messages": [{"role": "user", "content": "hi"}]})
 
 
@@ -145,3 +157,23 @@ def test_caller_hanging_up_cuts_the_backend_stream(v2, helpers):
     assert json.loads(first[6:])["object"] == "chat.completion.chunk"
     r.close()
     eventually(lambda: server.aborted == 1, 15)
+
+
+def test_relayed_stream_that_times_out_falls_back(v2, helpers):
+    gw, _ = v2
+    r = stream(gw, helpers, "stall", model="v2-stalls")
+    assert r.status_code == 200
+    assert r.headers["X-Sluice-Fallback"] == "fast"
+    evs = events(r)
+    assert evs[-1] == "[DONE]"
+    assert "".join(json.loads(e)["choices"][0]["delta"].get("content", "")
+                   for e in evs[:-1]) == "echo: hi"
+
+
+def test_fallback_stream_whose_first_frame_fails_is_a_real_502(v2, helpers):
+    gw, _ = v2
+    r = stream(gw, helpers, "bad-first", model="fast-then-v2",
+               headers={"X-Demo-Latency-Ms": "2000"})
+    err = helpers.assert_error(r, 502, "backend_error")
+    assert err["message"] == "cannot convert the backend answer: model exploded"
+    assert r.headers["X-Sluice-Fallback"] == "v2"
