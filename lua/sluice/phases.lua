@@ -468,7 +468,7 @@ function _M.fallback()
         local status, _, msg = forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
         if not status then
             fallback.sent(ctx)
-            -- an answer converted whole: its status after the conversion, as in access
+            -- a converted answer: its status after the conversion, as in access
             if relay.wanted(ctx) then
                 return send_relayed(ctx)
             end

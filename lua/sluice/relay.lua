@@ -1,11 +1,10 @@
--- Converted answers read whole, sent with the status that fits them.
+-- Converted answers, sent with the status that fits them.
 --
 -- nginx sends a response's status and headers as soon as the backend's arrive, before
 -- the body filter has read a byte of the body; a converted answer is read whole
 -- (lua/sluice/convert.lua), so a backend 200 whose body cannot be converted would
--- reach the caller as an error body under status 200. For these answers (a converted
--- pair that is not converted frame by frame) the public request proxies through a
--- subrequest instead (ngx.location.capture to location /_sluice/buffered, sharing
+-- reach the caller as an error body under status 200. For these answers the public
+-- request proxies through a subrequest instead (ngx.location.capture to location /_sluice/buffered, sharing
 -- the request's context): the subrequest does exactly what location / does (balancer,
 -- retries, error page, fallback, conversion, cache, token accounting) and the public
 -- request then sends its answer, or a 502 in the error template when the conversion
@@ -25,6 +24,10 @@
 -- its TLS location (/_sluice/buffered_tls/..., sluice.upstream_tls). A model's
 -- fallback (@sluice_fallback) relays its answer the same way.
 --
+-- Not over HTTP/2: ngx.location.capture refuses its requests (lua-nginx-module: "http2
+-- requests not supported yet"), so they keep the direct path, where an unconvertible
+-- 200 reaches the caller as an error body under 200 (SSE: an error event).
+--
 -- Cost: a subrequest per converted whole answer, and the converted answer held in
 -- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
 -- or streamed frame by frame (bench/relay.py measures it).
@@ -33,7 +36,10 @@ local errors = require("sluice.errors")
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
+local ngx_log = ngx.log
+local ERR = ngx.ERR
 local capture = ngx.location.capture
+local http_version = ngx.req.http_version
 local spawn = ngx.thread.spawn
 local wait_thread = ngx.thread.wait
 local semaphore = require("ngx.semaphore")
@@ -57,9 +63,9 @@ local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
 local _M = { LOCATION = LOCATION }
 
 -- Access phase, the request bound for a backend: is its answer converted (whole,
--- or frame by frame: see streams())?
+-- or frame by frame: see streams()), and can a subrequest fetch it (not HTTP/2)?
 function _M.wanted(ctx)
-    return ctx.conv ~= nil
+    return ctx.conv ~= nil and http_version() < 2
 end
 
 -- Access phase: is it a stream converted frame by frame?
@@ -154,7 +160,13 @@ function _M.open_stream(ctx)
     local q = { sema = semaphore.new(), n = 0, taken = 0 }
     ctx.relay_queue = q
     q.thread = spawn(function()
-        q.res = _M.fetch(ctx)
+        -- whatever happens, the public request must not wait forever
+        local ok, res = pcall(_M.fetch, ctx)
+        if not ok then
+            ngx_log(ERR, "relayed stream failed: ", res)
+            res = { truncated = true, body = "", header = {} }
+        end
+        q.res = res
         q.sema:post(1)
     end)
     while not q.verdict and not q.res do
