@@ -4,11 +4,11 @@
 -- the body filter has read a byte of the body; a converted answer is read whole
 -- (lua/sluice/convert.lua), so a backend 200 whose body cannot be converted would
 -- reach the caller as an error body under status 200. For these answers the public
--- request proxies through a subrequest instead (ngx.location.capture to location /_sluice/buffered, sharing
--- the request's context): the subrequest does exactly what location / does (balancer,
--- retries, error page, fallback, conversion, cache, token accounting) and the public
--- request then sends its answer, or a 502 in the error template when the conversion
--- failed or the answer was cut short.
+-- request proxies through a subrequest instead (ngx.location.capture to location
+-- /_sluice/buffered, sharing the request's context): the subrequest does exactly
+-- what location / does (balancer, retries, error page, fallback, conversion, cache,
+-- token accounting) and the public request then sends its answer, or a 502 in the
+-- error template when the conversion failed or the answer was cut short.
 --
 -- A stream converted frame by frame (a kserve_v2 backend's) goes through the same
 -- subrequest, started in a light thread: its filters hand each converted piece to
@@ -28,9 +28,9 @@
 -- requests not supported yet"), so they keep the direct path, where an unconvertible
 -- 200 reaches the caller as an error body under 200 (SSE: an error event).
 --
--- Cost: a subrequest per converted whole answer, and the converted answer held in
--- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
--- or streamed frame by frame (bench/relay.py measures it).
+-- Cost: a subrequest per converted answer (bench/relay.py measures it), and a whole
+-- answer held in memory once more (at most 16 MiB, as before); a stream's pieces
+-- cross over as they come. Nothing on a pair proxied unchanged.
 local errors = require("sluice.errors")
 
 local ngx = ngx
