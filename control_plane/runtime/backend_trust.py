@@ -8,6 +8,11 @@ the snapshot's backends need gets a named location (lua/sluice/upstream_tls.lua)
     conf/backend_tls.trust    their trust ids, one a line, read by the Lua init
     conf/tls/ca-<hex>.pem     each distinct CA, as the snapshot carries it
 
+Each trust set has two locations with the same TLS lines: the named one, reached by
+ngx.exec from the access phase (an answer proxied as it comes), and an internal
+regular one, /_sluice/buffered_tls/<name>, for the subrequest of an answer converted
+whole (lua/sluice/relay.lua): ngx.location.capture cannot reach a named location.
+
 "system" (location / itself) and "noverify" always exist; a CA new to the gateway
 needs a graceful reload (Gateway.sync_trust), which happens only when the set of
 CAs changes. Until then its backends are left out of their pools.
@@ -28,6 +33,14 @@ _LOCATION = """\
 location @sluice_tls_{name} {{
     recursive_error_pages on;
     rewrite_by_lua_block {{ require("sluice.phases").tls_resume() }}
+    body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
+{verify}{client}
+    proxy_pass $sluice_upstream_base$sluice_upstream_uri;
+}}
+location = /_sluice/buffered_tls/{name} {{
+    internal;
+    recursive_error_pages on;
+    rewrite_by_lua_block {{ require("sluice.phases").buffered() }}
     body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
 {verify}{client}
     proxy_pass $sluice_upstream_base$sluice_upstream_uri;

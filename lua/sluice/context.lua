@@ -63,13 +63,19 @@
 --  upstream_auth      phases        $sluice_upstream_auth holds a backend's credential
 --  job_id             jobs          the job a worker's request runs (never made async again)
 --  relay_vars         relay         proxying variables for the subrequest of a
---                                   converted whole answer (sluice.relay)
---  relayed            relay         that answer is back: the public request's
---                                   filters leave it alone
+--                                   converted answer (sluice.relay)
+--  relayed            relay         that answer is back (a stream: its headers are
+--                                   going out): the public request's filters leave
+--                                   it alone
+--  relay_queue        relay         a relayed stream: the pieces its subrequest's
+--                                   filters hand over, their semaphore, the first
+--                                   frame's verdict, the subrequest's thread
 --  upstream_status, upstream_times, upstream_header_times   phases   the
 --                                   subrequest's $upstream_status, _response_time
 --                                   and _header_time, for the log phase and the
 --                                   error page of the public request
+--  upstream_earlier   phases        a relayed fallback: the first pass's attempts
+--                                   ({status, times, header times}), joined first
 --  relay_status       phases        the subrequest's status before its filters
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a

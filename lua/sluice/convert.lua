@@ -7,8 +7,9 @@
 --
 -- A caller whose endpoint the backend speaks natively (OpenAI to OpenAI, KServe v2 to
 -- KServe v2, v1 predict to "predict") is proxied unchanged: no decode, no buffering;
--- only a backend's own error answer (3xx/4xx; nginx's error page takes 413 and 5xx)
--- is read, bounded, and rewritten into the error template.
+-- only a backend's own error answer (3xx, 4xx, 5xx: nginx intercepts none of them,
+-- its error page takes only its own errors) is read, bounded, and rewritten into
+-- the error template, the start of the backend's body kept for the log line.
 --
 -- A whole answer is converted inside the subrequest of lua/sluice/relay.lua, so its
 -- status goes out after the conversion: conv.failed (the reason) makes it a 502.
@@ -49,6 +50,8 @@ local BACKENDS = {
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine
 -- (the gateway checked it), so the backend refusing ours is the gateway's problem.
 local BACKEND_4XX = { [400] = 400, [413] = 413, [422] = 400, [429] = 429 }
+-- Backend 5xx, any pair: DESIGN.md's statuses (unavailable, timeout; else 502)
+local BACKEND_5XX = { [503] = 503, [504] = 504 }
 
 local _M = {}
 
@@ -96,11 +99,10 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     return path
 end
 
--- A backend's own non-2xx answer that nginx did not intercept (error_page takes 413
--- and 5xx; 400 is deliberately not intercepted, so 3xx and 4xx come here) on a pair
--- proxied unchanged: from now on it is converted like any answer, into the error
--- template (sets ctx.conv). Status kept (3xx: 502); an OpenAI backend's `type`,
--- `param` and `code` kept for an OpenAI caller.
+-- A backend's own non-2xx answer on a pair proxied unchanged: from now on it is
+-- converted like any answer, into the error template (sets ctx.conv). 4xx kept,
+-- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI backend's `type`, `param` and `code`
+-- kept for an OpenAI caller.
 local function native_error(ctx, status)
     local pool = ctx.pool
     local backend = BACKENDS[pool.protocol]
@@ -109,6 +111,8 @@ local function native_error(ctx, status)
     if status < 400 then
         ngx.status = 502
         ngx_header["Location"] = nil
+    elseif status >= 500 then
+        ngx.status = BACKEND_5XX[status] or 502
     end
 end
 
@@ -133,7 +137,7 @@ function _M.header_filter(ctx)
     end
     if status >= 400 and not conv.native then
         conv.error = status
-        ngx.status = BACKEND_4XX[status] or 502
+        ngx.status = (status < 500 and BACKEND_4XX or BACKEND_5XX)[status] or 502
     end
     if conv.error then
         conv.retry_after = tonumber(ngx_header["Retry-After"])
@@ -150,8 +154,8 @@ end
 
 -- The error body for a conversion failure. A whole answer is converted in a
 -- subrequest (lua/sluice/relay.lua), so the caller gets a real 502 (conv.failed
--- holds the reason); a stream converted frame by frame, or a backend behind its own
--- TLS location, has sent its 200 already and gets this body (SSE: as an error event).
+-- holds the reason); a stream converted frame by frame has sent its 200 already and
+-- gets this body (SSE: as an error event).
 local function failure(msg)
     ngx_log(ERR, "cannot convert the backend answer: ", msg)
     return errors.body(502, "backend_error", "cannot convert the backend answer: " .. msg)

@@ -1,5 +1,6 @@
 -- Per-model fallback on timeout: a model with `fallback_model` whose backend times
--- out (504: nginx's read timeout, or the backend's own 504) is answered by the
+-- out (504: nginx's read timeout; or the backend's own 504 on a relayed answer,
+-- sluice/relay.lua, as nginx intercepts no backend answer) is answered by the
 -- fallback model instead, converted to the caller's protocol, with
 -- `X-Sluice-Fallback: <fallback model>`.
 --

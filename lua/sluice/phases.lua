@@ -38,6 +38,7 @@ local ngx_var = ngx.var
 local ngx_header = ngx.header
 local ngx_log = ngx.log
 local ngx_print = ngx.print
+local ngx_flush = ngx.flush
 local ngx_exit = ngx.exit
 local ngx_exec = ngx.exec
 local HTTP_OK = ngx.HTTP_OK
@@ -145,7 +146,8 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
         ctx.upstream_auth = auth ~= ""
     end
     ngx_var.sluice_upstream_uri = backend.base_path .. path
-    upstream_tls.forward(backend)   -- a backend of another trust set: ngx.exec
+    -- a backend of another trust set: ngx.exec, unless the answer is relayed
+    upstream_tls.forward(backend, relay.wanted(ctx))
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
@@ -299,10 +301,53 @@ local function admit(ctx)
     return forward(ctx, endpoint, doc, model_name, pool, backend)
 end
 
--- A converted whole answer, fetched through the subrequest (sluice.relay): sent with
--- its own status, or a 502 when its conversion failed.
+local function joined(first, second)
+    if not first then
+        return second
+    end
+    if not second then
+        return first
+    end
+    return first .. ", " .. second
+end
+
+-- A relayed stream whose first frame converted: 200, then each piece as it comes.
+local function send_stream(ctx)
+    relay.stream_headers(ctx)
+    ngx.send_headers()
+    local piece = relay.next_piece(ctx)
+    while piece do
+        ngx_print(piece)
+        ngx_flush(true)
+        piece = relay.next_piece(ctx)
+    end
+    relay.finish_stream(ctx)
+    return ngx_exit(HTTP_OK)
+end
+
+-- A converted answer, fetched through the subrequest (sluice.relay): sent with its
+-- own status, or a 502 when its conversion (a stream's first frame) failed.
 local function send_relayed(ctx)
-    local res = relay.fetch(ctx)
+    if ctx.fallback then
+        -- the first pass's attempts (its subrequest's, or proxied from here) come
+        -- first in the log line and the breakers' bookkeeping (sets
+        -- ctx.upstream_earlier; note_upstream joins the fallback's to them)
+        ctx.upstream_earlier = {
+            joined(ctx.upstream_status, ngx_var.upstream_status),
+            joined(ctx.upstream_times, ngx_var.upstream_response_time),
+            joined(ctx.upstream_header_times, ngx_var.upstream_header_time),
+        }
+    end
+    ctx.relay_status = nil
+    local res
+    if relay.streams(ctx) then
+        if relay.open_stream(ctx) == "ok" then
+            return send_stream(ctx)
+        end
+        res = relay.finish_stream(ctx)   -- an error answer, or the first frame failed
+    else
+        res = relay.fetch(ctx)
+    end
     local intercepted = relay.intercepted(ctx, res)
     if intercepted then
         -- nginx ended the subrequest before any error page: the public request's
@@ -346,11 +391,13 @@ end
 
 -- The last upstream attempt's status and times, for the log phase of the public
 -- request, read where a subrequest (sluice.relay) ends: the public request's own
--- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times).
+-- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times,
+-- ctx.upstream_header_times; after ctx.upstream_earlier, a relayed fallback's).
 local function note_upstream(ctx)
-    ctx.upstream_status = ngx_var.upstream_status
-    ctx.upstream_times = ngx_var.upstream_response_time
-    ctx.upstream_header_times = ngx_var.upstream_header_time
+    local e = ctx.upstream_earlier or {}
+    ctx.upstream_status = joined(e[1], ngx_var.upstream_status)
+    ctx.upstream_times = joined(e[2], ngx_var.upstream_response_time)
+    ctx.upstream_header_times = joined(e[3], ngx_var.upstream_header_time)
 end
 
 function _M.balancer()
@@ -368,7 +415,7 @@ function _M.header_filter()
     if id then
         ngx_header["X-Request-Id"] = id
     end
-    if ctx.relayed then
+    if ctx.relayed and not ngx.is_subrequest then
         return   -- the subrequest's filters made this answer
     end
     if ctx.relay_vars and ngx.is_subrequest then
@@ -381,31 +428,29 @@ function _M.header_filter()
     cache.header_filter(ctx)
     routes.header(ctx, ngx_header)
     fallback.header_filter(ctx)
+    if ctx.relay_queue and ngx.is_subrequest then
+        relay.note_headers(ctx)   -- a relayed stream's, for the public request
+    end
 end
 
 -- Conversion first: token accounting then reads the answer the caller gets, in
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
-    if ctx.relayed then
+    if ctx.relayed and not ngx.is_subrequest then
         return
     end
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
-    if ctx.relay_vars and ngx.arg[2] and ngx.is_subrequest then
-        note_upstream(ctx)
+    if ctx.relay_vars and ngx.is_subrequest then
+        if ngx.arg[2] then
+            note_upstream(ctx)
+        end
+        if ctx.relay_queue then
+            relay.hand_over(ctx)   -- a relayed stream's piece, to the public request
+        end
     end
-end
-
-local function joined(first, second)
-    if not first then
-        return second
-    end
-    if not second then
-        return first
-    end
-    return first .. ", " .. second
 end
 
 function _M.log()
@@ -414,13 +459,17 @@ function _M.log()
     admission.release(ctx)
     usage.log(ctx)
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
-    -- from this request: both, in order, as nginx lists several attempts
-    local times = joined(ctx.upstream_times, ngx_var.upstream_response_time)
+    -- from this request: both, in order, as nginx lists several attempts (a relayed
+    -- fallback's ctx.upstream_* hold them all already)
+    local own = not ctx.upstream_earlier
+    local times = own and joined(ctx.upstream_times, ngx_var.upstream_response_time)
+                  or ctx.upstream_times
     observe.log(ctx, times)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, joined(ctx.upstream_status, ngx_var.upstream_status), times,
-                     ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, own and joined(ctx.upstream_status, ngx_var.upstream_status)
+                          or ctx.upstream_status,
+                     times, ctx.breaker_cfg or breaker_defaults)
     end
 end
 
@@ -431,7 +480,12 @@ function _M.fallback()
     if endpoint then
         local status, _, msg = forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
         if not status then
-            return fallback.sent(ctx)
+            fallback.sent(ctx)
+            -- a converted answer: its status after the conversion, as in access
+            if relay.wanted(ctx) then
+                return send_relayed(ctx)
+            end
+            return
         end
         doc = "cannot take this request: " .. msg
     end
@@ -468,8 +522,9 @@ local function backend_answered(ctx)
     return last ~= nil and tonumber(last) ~= nil
 end
 
--- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 and backend
--- 5xx (proxy_intercept_errors) leave in the error template.
+-- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 leave in
+-- the error template (a backend's own errors are converted by sluice.convert; a
+-- relayed backend 504 comes here only to reach the fallback).
 function _M.error_page()
     local ctx = context.restore()
     request_id(ctx)
@@ -488,19 +543,6 @@ function _M.error_page()
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
         upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
-    elseif backend_answered(ctx) then
-        if status < 500 then
-            -- only 413 is intercepted below 500: the backend refused the body
-            err_type, msg = errors.type_for(status), "the backend refused the request ("
-                                                     .. status .. ")"
-        elseif status == 503 then
-            err_type, msg = "backend_unavailable", "the backend is unavailable (503)"
-        elseif status == 504 then
-            err_type, msg = "backend_timeout", "the backend timed out (504)"
-        else
-            msg = "the backend failed (" .. status .. ")"
-            status, err_type = 502, "backend_error"
-        end
     elseif status == 413 then
         err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
     elseif status == 494 or status == 400 then

@@ -1,29 +1,54 @@
--- Converted answers read whole, sent with the status that fits them.
+-- Converted answers, sent with the status that fits them.
 --
 -- nginx sends a response's status and headers as soon as the backend's arrive, before
 -- the body filter has read a byte of the body; a converted answer is read whole
 -- (lua/sluice/convert.lua), so a backend 200 whose body cannot be converted would
--- reach the caller as an error body under status 200. For these answers (a converted
--- pair that is not converted frame by frame) the public request proxies through a
--- subrequest instead (ngx.location.capture to location /_sluice/buffered, sharing
--- the request's context): the subrequest does exactly what location / does (balancer,
--- retries, error page, fallback, conversion, cache, token accounting) and the public
--- request then sends its answer, or a 502 in the error template when the conversion
--- failed or the answer was cut short.
+-- reach the caller as an error body under status 200. For these answers the public
+-- request proxies through a subrequest instead (ngx.location.capture to location
+-- /_sluice/buffered, sharing the request's context): the subrequest does exactly
+-- what location / does (balancer, retries, error page, fallback, conversion, cache,
+-- token accounting) and the public request then sends its answer, or a 502 in the
+-- error template when the conversion failed or the answer was cut short.
 --
--- Cost: a subrequest per converted whole answer, and the converted answer held in
--- memory once more (at most 16 MiB, as before); nothing on a pair proxied unchanged
--- or streamed frame by frame. An https backend with its own trust set (its TLS
--- location is a named one, which a subrequest cannot reach) keeps the direct path.
+-- A stream converted frame by frame (a kserve_v2 backend's) goes through the same
+-- subrequest, started in a light thread: its filters hand each converted piece to
+-- the public request (ctx.relay_queue) instead of the capture, and the public
+-- request holds its status and headers until the first frame is converted or has
+-- failed. Converted: 200 and the stream, piece by piece as it comes; a later
+-- failure is an SSE error event in OpenAI's stream shape, then [DONE]. Failed: a
+-- 502 in the error template, sent once the subrequest is over (nginx cannot cut a
+-- subrequest short without ending the caller's request too, so the backend's
+-- stream is read to its end or its timeout first).
+--
+-- An https backend with its own trust set is reached through the internal twin of
+-- its TLS location (/_sluice/buffered_tls/..., sluice.upstream_tls). A model's
+-- fallback (@sluice_fallback) relays its answer the same way.
+--
+-- Not over HTTP/2: ngx.location.capture refuses its requests (lua-nginx-module: "http2
+-- requests not supported yet"), so they keep the direct path, where an unconvertible
+-- 200 reaches the caller as an error body under 200 (SSE: an error event).
+--
+-- Cost: a subrequest per converted answer (bench/relay.py measures it), and a whole
+-- answer held in memory once more (at most 16 MiB, as before); a stream's pieces
+-- cross over as they come. Nothing on a pair proxied unchanged.
+local errors = require("sluice.errors")
+
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
+local ngx_log = ngx.log
+local ERR = ngx.ERR
 local capture = ngx.location.capture
+local http_version = ngx.req.http_version
+local spawn = ngx.thread.spawn
+local wait_thread = ngx.thread.wait
+local semaphore = require("ngx.semaphore")
 local pairs = pairs
 local str_lower = string.lower
 
 local LOCATION = "/_sluice/buffered"
 local HTTP_POST = ngx.HTTP_POST
+local WAIT_S = 60   -- one wait for a stream's next piece (the backend timeout ends it)
 
 -- What proxy_pass and proxy_set_header read, set in the access phase: the server's
 -- `set`s run again at the start of a subrequest and would empty them.
@@ -37,10 +62,15 @@ local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
 
 local _M = { LOCATION = LOCATION }
 
--- Access phase, the request bound for a backend: is its answer converted whole?
+-- Access phase, the request bound for a backend: is its answer converted (whole,
+-- or frame by frame: see streams()), and can a subrequest fetch it (not HTTP/2)?
 function _M.wanted(ctx)
-    local conv = ctx.conv
-    return conv ~= nil and not conv.frames
+    return ctx.conv ~= nil and http_version() < 2
+end
+
+-- Access phase: is it a stream converted frame by frame?
+function _M.streams(ctx)
+    return ctx.conv.frames
 end
 
 -- Access phase: the answer, through the subrequest (sets ctx.relay_vars and, once
@@ -52,8 +82,11 @@ function _M.fetch(ctx)
         saved[i] = ngx_var[VARS[i]] or ""
     end
     ctx.relay_vars = saved
-    local res = capture(LOCATION, { method = HTTP_POST, always_forward_body = true,
-                                    ctx = ctx })
+    -- the chosen backend's own trust location, or location /'s twin
+    local tls = ctx.pool.backends[ctx.backend_index].tls
+    local uri = tls and tls.buffered or LOCATION
+    local res = capture(uri, { method = HTTP_POST, always_forward_body = true,
+                               ctx = ctx })
     ctx.relayed = true
     return res
 end
@@ -85,11 +118,19 @@ end
 local INTERCEPTED = { [413] = true, [500] = true, [502] = true, [503] = true, [504] = true }
 
 -- The status to end the public request with, so that its own error page answers
--- (as it would have without the subrequest); or nil.
+-- (as it would have without the subrequest); or nil. A backend's own 504 comes
+-- back converted (nginx intercepts no backend answer), but a model with a fallback
+-- falls back on it as on nginx's timeout: the error page does that, and the log
+-- line keeps the backend's words (ctx.upstream_error).
 function _M.intercepted(ctx, res)
     local status = ctx.relay_status
-    if res.truncated and status and INTERCEPTED[status] and (res.body or "") == "" then
+    if not status then
+        return nil
+    end
+    if (res.truncated and INTERCEPTED[status] and (res.body or "") == "")
+       or (status == 504 and ctx.fallback_to and not ctx.fallback) then
         ctx.relayed = nil
+        errors.note(ctx, nil)   -- the converted 504 is dropped, and its type with it
         return status
     end
     return nil
@@ -109,6 +150,100 @@ function _M.refusal(ctx, res)
         return 502, "backend_error", "the backend failed to answer"
     end
     return nil
+end
+
+-- Access phase, a stream: the subrequest, in a light thread (sets ctx.relay_queue;
+-- the thread sets its .res once it is over). Waits for the first frame's fate:
+-- returns "ok" (converted), "failed" (conv.failed says why), or nil when the
+-- subrequest ended without a stream (an error answer: finish_stream()).
+function _M.open_stream(ctx)
+    local q = { sema = semaphore.new(), n = 0, taken = 0 }
+    ctx.relay_queue = q
+    q.thread = spawn(function()
+        -- whatever happens, the public request must not wait forever
+        local ok, res = pcall(_M.fetch, ctx)
+        if not ok then
+            ngx_log(ERR, "relayed stream failed: ", res)
+            res = { truncated = true, body = "", header = {} }
+        end
+        q.res = res
+        q.sema:post(1)
+    end)
+    while not q.verdict and not q.res do
+        q.sema:wait(WAIT_S)
+    end
+    return q.verdict
+end
+
+-- Subrequest header filter of a stream, after every filter: the status and headers
+-- the public request sends when the first frame converted.
+function _M.note_headers(ctx)
+    local q = ctx.relay_queue
+    q.status, q.header = ngx.status, ngx.resp.get_headers()
+end
+
+-- Subrequest body filter of a stream, after every filter: what they made of this
+-- piece goes to the public request, not to the capture. An error answer (conv.error)
+-- is left to the capture.
+function _M.hand_over(ctx)
+    local q, conv = ctx.relay_queue, ctx.conv
+    if not conv or not conv.frames or conv.error then
+        return
+    end
+    local data = ngx.arg[1]
+    if data ~= "" then
+        q.n = q.n + 1
+        q[q.n] = data
+        ngx.arg[1] = ""
+    end
+    if not q.verdict then
+        -- a role chunk alone says nothing yet: wait for a frame, a failure or the end
+        if conv.texts[1] then
+            q.verdict = "ok"
+        elseif conv.failed then
+            q.verdict = "failed"
+        elseif ngx.arg[2] then
+            q.verdict = "ok"   -- a stream with no frame: an empty answer, not an error
+        end
+    end
+    if q.verdict then
+        q.sema:post(1)
+    end
+end
+
+-- Access phase, a stream that converted: the status and headers to send.
+function _M.stream_headers(ctx)
+    local q = ctx.relay_queue
+    ngx.status = q.status
+    _M.copy_headers(q)
+    ctx.relayed = true   -- the public request's filters leave it alone from here
+end
+
+-- Access phase, a stream that converted: its next piece, waiting for it; nil once
+-- the subrequest is over and every piece was taken.
+function _M.next_piece(ctx)
+    local q = ctx.relay_queue
+    while true do
+        local i = q.taken + 1
+        local piece = q[i]
+        if piece then
+            q[i] = nil
+            q.taken = i
+            return piece
+        end
+        if q.res then
+            return nil
+        end
+        q.sema:wait(WAIT_S)
+    end
+end
+
+-- Access phase: the stream's subrequest is over (waits for it); returns its result,
+-- as fetch() does.
+function _M.finish_stream(ctx)
+    local q = ctx.relay_queue
+    wait_thread(q.thread)
+    return q.res
 end
 
 return _M

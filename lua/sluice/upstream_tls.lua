@@ -14,7 +14,10 @@
 --   (nginx 1.22 refuses an empty data: certificate, so it cannot be the default)
 --
 -- A backend of another trust set is reached by ngx.exec from the access phase;
--- the request's context crosses it through $sluice_ctx_ref (sluice.context).
+-- the request's context crosses it through $sluice_ctx_ref (sluice.context). An
+-- answer converted whole goes through a subrequest (sluice.relay), which cannot
+-- reach a named location: each of them has an internal twin with the same TLS
+-- lines, location = /_sluice/buffered_tls/<trust>[_mtls], the subrequest's URI.
 -- Plain and TLS connections never share a keep-alive pool:
 -- https backends go through their own upstream block (sluice_backend_tls).
 local metrics = require("sluice.metrics")
@@ -36,6 +39,7 @@ local pairs = pairs
 local PLAIN = "http://sluice_backend"
 local TLS = "https://sluice_backend_tls"
 local LOCATION_PREFIX = "@sluice_tls_"
+local BUFFERED_PREFIX = "/_sluice/buffered_tls/"
 local TRUST_INDEX = "conf/backend_tls.trust"   -- one trust id per line (gateway.py)
 local ERROR_LOG = "logs/error.log"              -- nginx.conf.tmpl's error_log
 local LOG_TAIL = 16384                          -- bytes of it read on a TLS 502
@@ -68,13 +72,15 @@ function _M.compile(b)
         return nil
     end
     local trust = t.trust or "system"
+    -- location / is "system" without a client pair (nginx.conf.tmpl); the others
+    -- are rendered by runtime/backend_trust.py
+    local own = (trust ~= "system" or t.client_cert)
+                and trust .. (t.client_cert and "_mtls" or "") or nil
     return {
         trust = trust,
         loaded = loaded[trust] == true,
-        -- location / is "system" without a client pair (nginx.conf.tmpl); the others
-        -- are rendered by runtime/backend_trust.py
-        location = (trust ~= "system" or t.client_cert)
-                   and LOCATION_PREFIX .. trust .. (t.client_cert and "_mtls" or "") or nil,
+        location = own and LOCATION_PREFIX .. own,
+        buffered = own and BUFFERED_PREFIX .. own,   -- the subrequest's (sluice.relay)
         name = t.server_name,
         cert = t.client_cert or "",
         key = t.client_key or "",
@@ -101,8 +107,9 @@ function _M.check_shared(backends_by_addr)
 end
 
 -- Access phase (after the upstream variables): TLS variables of backend `b`, and
--- on to its trust location when that is not this one. Sets ngx.var, may not return.
-function _M.forward(b)
+-- on to its trust location when that is not this one, unless the answer is
+-- `relayed` (its subrequest goes to b.tls.buffered). Sets ngx.var, may not return.
+function _M.forward(b, relayed)
     local t = b.tls
     if not t then
         ngx_var.sluice_upstream_base = PLAIN
@@ -114,7 +121,7 @@ function _M.forward(b)
         ngx_var.sluice_tls_cert = t.cert
         ngx_var.sluice_tls_key = t.key
     end
-    if t.location then
+    if t.location and not relayed then
         -- the context is already in the registry (context.stash, first in access)
         return ngx_exec(t.location)
     end

@@ -34,8 +34,8 @@ class _Predict(BaseHTTPRequestHandler):
             out = b'{"predictions": []}'
         elif kind == "html":
             out, ctype = b"<html>oops</html>", "text/html"
-        elif kind == "500":
-            status, out = 500, b'{"error": "backend broke"}'
+        elif kind in ("500", "503", "504"):
+            status, out = int(kind), b'{"error": "backend broke"}'
         else:
             status, out = 404, b'{"error": "no such model here"}'
         self.send_response(status)
@@ -111,14 +111,48 @@ def test_backend_error_through_the_subrequest_is_the_template(converting, helper
     assert "no such model here" in err["message"]
 
 
-def test_backend_5xx_through_the_subrequest_is_the_error_page_template(converting, helpers):
-    r = chat(converting, helpers, "500", rid="conv-500")
-    err = helpers.assert_error(r, 502, "backend_error")
-    assert "the backend failed (500)" in err["message"]
-    assert "backend broke" not in r.text
+@pytest.mark.parametrize("answer, status, err_type", [
+    ("500", 502, "backend_error"),
+    ("503", 503, "backend_unavailable"),
+    ("504", 504, "backend_timeout"),
+])
+def test_backend_5xx_through_the_subrequest_is_the_template_with_its_body_logged(
+        converting, helpers, answer, status, err_type):
+    r = chat(converting, helpers, answer, rid=f"conv-{answer}")
+    err = helpers.assert_error(r, status, err_type)
+    assert f"the backend failed ({answer}): backend broke" in err["message"]
     line = eventually(lambda: [l for l in access_lines(converting, 1, timeout=0.5)
-                               if l["request_id"] == "conv-500"], 10)[0]
+                               if l["request_id"] == f"conv-{answer}"], 10)[0]
     assert line["backend"] == "kv1" and line["upstream_ms"] != ""
+    assert line["status"] == str(status) and line["error_type"] == err_type
+    assert line["upstream_error"] == '{"error": "backend broke"}'
+
+
+def test_backend_504_of_a_relayed_answer_goes_to_the_fallback(gateway, helpers, backends):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
+         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+         "base_path": "", "weight": 1}
+    snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
+                                     "fast": (5000, [backends["openai-a"].entry(2)])})
+    snap["models"]["conv"]["fallback_model"] = "fast"
+    try:
+        assert gateway.push(snap).status_code == 200
+        r = chat(gateway, helpers, "504", rid="conv-fb")
+        assert r.status_code == 200, r.text
+        assert r.headers["X-Sluice-Fallback"] == "fast"
+        assert r.json()["choices"][0]["message"]["content"] == "echo: hi"
+        line = eventually(lambda: [l for l in access_lines(gateway, 1, timeout=0.5)
+                                   if l["request_id"] == "conv-fb"], 10)[0]
+        assert line["status"] == "200" and line["fallback"] == "fast"
+        assert line["error_type"] == ""
+        # what the first backend said is kept
+        assert line["upstream_error"] == '{"error": "backend broke"}'
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_openai_client_sees_a_server_error(converting, helpers):
@@ -128,3 +162,57 @@ def test_openai_client_sees_a_server_error(converting, helpers):
         client.chat.completions.create(model="conv",
                                        messages=[{"role": "user", "content": "hi"}])
     assert info.value.status_code == 502
+
+
+@pytest.fixture
+def falling_back(gateway, helpers, backends):
+    """`direct` (OpenAI to openai-a, proxied as it comes) and `relayed` (OpenAI to
+    predict-a, converted whole) time out on a slow answer and fall back to `conv`
+    (the test's KServe v1 backend, converted whole)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
+         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+         "base_path": "", "weight": 1}
+    snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
+                                     "direct": (300, [backends["openai-a"].entry(2)]),
+                                     "relayed": (300, [backends["predict-a"].entry(3)])})
+    snap["models"]["direct"]["fallback_model"] = "conv"
+    snap["models"]["relayed"]["fallback_model"] = "conv"
+    assert gateway.push(snap).status_code == 200
+    yield gateway
+    server.shutdown()
+    server.server_close()
+
+
+def slow_chat(gw, helpers, model, answer, rid):
+    return requests.post(gw.url + "/v1/chat/completions", timeout=10,
+                         headers={"Authorization": f"Bearer {helpers.KEY}",
+                                  "X-Answer": answer, "X-Request-Id": rid,
+                                  "X-Demo-Latency-Ms": "1500"},
+                         json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.mark.parametrize("first, first_id", [("direct", "2"), ("relayed", "3")])
+def test_unconvertible_200_of_a_fallback_is_a_real_502(falling_back, helpers, first,
+                                                       first_id):
+    gw = falling_back
+    r = slow_chat(gw, helpers, first, "junk", f"fb-junk-{first}")
+    err = helpers.assert_error(r, 502, "backend_error")
+    assert "cannot convert the backend answer" in err["message"]
+    assert r.headers["X-Sluice-Fallback"] == "conv"
+
+    r = slow_chat(gw, helpers, first, "good", f"fb-good-{first}")
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "seen 1"
+    assert r.headers["X-Sluice-Fallback"] == "conv"
+
+    # both passes' attempts, in order, reach the log and the stats
+    lines = eventually(lambda: [l for l in access_lines(gw, 2, timeout=0.5)
+                                if l["request_id"].startswith("fb-")], 10)
+    assert {l["status"] for l in lines} == {"502", "200"}
+    assert all(l["fallback"] == "conv" and l["backend"] == "kv1" for l in lines)
+    stats = eventually(lambda: (s := gw.stats()["backends"])[first_id]["failures"] == 2
+                       and s, 10)
+    assert stats["1"]["successes"] == 2 and stats["1"]["failures"] == 0

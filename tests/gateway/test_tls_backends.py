@@ -273,7 +273,9 @@ def test_a_backends_own_502_is_not_taken_for_a_tls_failure(gateway, helpers, ca,
         refused_for_tls(r, helpers)
         r = s.post(gateway.url + "/v1/chat/completions", json={**body, "model": "good"},
                    headers={**h, "X-Demo-Status": "502"}, timeout=10)
-    helpers.assert_error(r, 502, "backend_error")
+    # the backend's own error, its OpenAI type kept for an OpenAI caller
+    err = helpers.assert_error(r, 502, "server_error")
+    assert "injected status 502" in err["message"]
     assert good.requests_seen == 1
 
 
@@ -290,3 +292,31 @@ def test_a_client_pair_that_would_not_load_is_refused_at_the_push(gateway, helpe
     assert "PRIVATE" not in r.text
     helpers.chat(gateway, "chat-tls")
     assert "PRIVATE KEY" not in gateway.error_log.read_text()
+
+
+@pytest.mark.parametrize("mtls", [False, True])
+def test_unconvertible_200_from_a_backend_with_its_own_ca_is_a_502(gateway, helpers, ca,
+                                                                    start, mtls):
+    # a converted answer is fetched by a subrequest, which reaches the backend's trust
+    # set through its internal twin location: the status goes out after conversion
+    srv = start(ca.issue("vendor-junk", ["localhost"]), protocol="vendor-a", name="vendor-a",
+                client_ca=ca if mtls else None)
+    client = ca.issue("gw-junk", client=True) if mtls else None
+    mappings = {"good": {"path": "/generate", "request": {"text": "{{input}}"},
+                         "response": {"output": "/result/text"}},
+                "junk": {"path": "/generate", "request": {"text": "{{input}}"},
+                         "response": {"output": "/nowhere"}}}
+    r = gateway.push(helpers.make_snapshot(1, {
+        "good": (5000, [entry(1, srv, ca=ca.pem, client=client, protocol="vendor",
+                              mapping="good")]),
+        "junk": (5000, [entry(2, srv, ca=ca.pem, client=client, protocol="vendor",
+                              mapping="junk")]),
+    }, mappings=mappings))
+    assert r.status_code == 200, r.text
+    r = helpers.chat(gateway, "good")
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "A: hello there"
+    r = helpers.chat(gateway, "junk")
+    err = helpers.assert_error(r, 502, "backend_error")
+    assert err["message"] == "cannot convert the backend answer: answer has nothing at /nowhere"
+    assert srv.requests_seen == 2

@@ -173,6 +173,20 @@ def test_curl_negotiates_http2_and_gets_the_answer(tls_gw, helpers, ca_file):
     assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: " + TEXT
 
 
+def test_converted_answer_over_http2(tls_gw, helpers, ca_file):
+    # ngx.location.capture refuses HTTP/2 requests, so an answer converted whole
+    # cannot take the relay's subrequest there (lua/sluice/relay.lua): the direct path
+    body = json.dumps({"model": "v2", "messages": [{"role": "user", "content": TEXT}]})
+    res = curl("--http2", "--cacert", ca_file, "-w", "\n%{http_version} %{http_code}",
+               "-H", f"Authorization: Bearer {helpers.KEY}",
+               "-H", "Content-Type: application/json", "-d", body,
+               tls_gw.tls_url + "/v1/chat/completions")
+    assert res.returncode == 0, res.stderr
+    answer, status = res.stdout.rsplit("\n", 1)
+    assert status == "2 200", res.stdout
+    assert json.loads(answer)["choices"][0]["message"]["content"] == "v2: " + TEXT
+
+
 def test_http2_bodies_without_a_length_and_too_large_bodies(tls_gw, helpers, ca_file):
     # curl uploading from stdin over HTTP/2 sends no content-length: the body is read
     body = json.dumps({"model": "chat-demo", "messages": [{"role": "user", "content": TEXT}]})

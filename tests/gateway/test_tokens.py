@@ -117,7 +117,7 @@ def test_failed_backend_refunds_the_reservation(gateway_factory, helpers, backen
     gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size})
     for _ in range(3):
         r = call(gw, body, {"X-Demo-Status": "500"})
-        helpers.assert_error(r, 502, "backend_error")
+        helpers.assert_error(r, 502, "server_error")   # the OpenAI backend's own type
     assert call(gw, body).status_code == 200
     helpers.assert_error(call(gw, body), 429, "rate_limited")
 

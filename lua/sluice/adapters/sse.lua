@@ -76,7 +76,8 @@ function _M.synthesize(ireq, ires)
 end
 
 -- Body filter for a streaming backend: converts every complete frame in what has
--- arrived; keeps a partial frame for the next call. `conv` carries the state.
+-- arrived; keeps a partial frame for the next call. `conv` carries the state:
+-- conv.texts the deltas converted, conv.failed the reason the stream stopped.
 function _M.frames(conv, data, eof, fail)
     local ireq, backend = conv.ireq, conv.backend
     local pending = (conv.pending or "") .. str_gsub(data, "\r\n", "\n")
@@ -108,16 +109,16 @@ function _M.frames(conv, data, eof, fail)
                 out[#out + 1] = chunk(ireq, delta)
             else
                 ngx_log(ERR, "backend stream failed: ", err)
-                conv.failed = true
+                conv.failed = err
                 out[#out + 1] = _M.error_event(fail(err))
             end
         end
     end
     conv.pending = str_sub(pending, pos)
     if #conv.pending > MAX_PENDING then
-        conv.failed = true
+        conv.failed = "a backend stream frame is too large"
         conv.pending = ""
-        out[#out + 1] = _M.error_event(fail("a backend stream frame is too large"))
+        out[#out + 1] = _M.error_event(fail(conv.failed))
     end
     if eof and not conv.failed then
         out[#out + 1] = ending(ireq, { outputs = { concat(conv.texts) } })
