@@ -3,7 +3,8 @@
 -- (made by sluice.accesslog; log_format sluice_json in nginx/nginx.conf.tmpl).
 --
 -- The facts live in the request's context (sluice/context.lua: restored after an
--- error_page redirect); the log phase makes the line once. Never a key or a token: the line names the consumer, not its credentials.
+-- error_page redirect); the log phase makes the line once. Never a key or a token:
+-- the line names the consumer, not its credentials.
 local metrics = require("sluice.metrics")
 local accesslog = require("sluice.accesslog")
 

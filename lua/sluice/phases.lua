@@ -140,10 +140,10 @@ local function forward(ctx, endpoint, doc, model_name, pool, backend)
     ngx_var.sluice_upstream_host = backend.host_header
     -- unset, the variable reads "" (no header sent): written only when there is a
     -- credential, or one of an earlier pass (the fallback's) to clear
-    local auth = backend.auth_header
-    if auth ~= "" or ctx.upstream_auth then
-        ngx_var.sluice_upstream_auth = auth
-        ctx.upstream_auth = auth ~= ""
+    local credential = backend.auth_header
+    if credential ~= "" or ctx.upstream_auth then
+        ngx_var.sluice_upstream_auth = credential
+        ctx.upstream_auth = credential ~= ""
     end
     ngx_var.sluice_upstream_uri = backend.base_path .. path
     -- a backend of another trust set: ngx.exec, unless the answer is relayed
