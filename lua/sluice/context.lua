@@ -13,14 +13,14 @@
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
 --  ref                context       registry number of this table ($sluice_ctx_ref)
---  request_id         phases        X-Request-Id kept or made (also $sluice_request_id,
+--  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
 --                                   which proxy_set_header and the log line read)
---  attributes         phases        what routing conditions test (auth's consumer
+--  attributes         steps         what routing conditions test (auth's consumer
 --                                   attributes, JWT claims over them)
---  consumer           phases        the authenticated consumer (snapshot table)
---  model_name         phases        the model asked for, then the one a route chose
+--  consumer           steps         the authenticated consumer (snapshot table)
+--  model_name         steps         the model asked for, then the one a route chose
 --                                   (the metrics' and the log line's "model")
---  model              phases        the chosen model (snapshot table); fallback: its
+--  model              steps         the chosen model (snapshot table); fallback: its
 --                                   fallback model
 --  request_doc        router        decoded request body (fallback: the re-encoded one);
 --                                   nil when no step reads it (sluice/body.lua)
@@ -60,7 +60,7 @@
 --  fallback_body      fallback      the caller's body as it came (for the fallback)
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
---  upstream_auth      phases        $sluice_upstream_auth holds a backend's credential
+--  upstream_auth      steps         $sluice_upstream_auth holds a backend's credential
 --  job_id             jobs          the job a worker's request runs (never made async again)
 --  relay_vars         relay         proxying variables for the subrequest of a
 --                                   converted answer (sluice.relay)

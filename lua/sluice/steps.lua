@@ -1,0 +1,211 @@
+-- The access steps of a public request, in order (admit), and the hand-over to a
+-- backend that the fallback location shares (forward). Each step returns what it
+-- computed, or a status and error: nothing here ends a request; sluice/phases.lua
+-- does, with what these return.
+local config = require("sluice.config")
+local auth = require("sluice.auth")
+local endpoints = require("sluice.endpoints")
+local router = require("sluice.router")
+local convert = require("sluice.convert")
+local cache = require("sluice.cache")
+local catalog = require("sluice.catalog")
+local balancer = require("sluice.balancer")
+local observe = require("sluice.observe")
+local policy = require("sluice.policy")
+local content = require("sluice.content")
+local routes = require("sluice.routes")
+local fallback = require("sluice.fallback")
+local health = require("sluice.health")
+local admission = require("sluice.admission")
+local usage = require("sluice.usage")
+local pii = require("sluice.pii")
+local jobs = require("sluice.jobs")
+local upstream_tls = require("sluice.upstream_tls")
+local strict = require("sluice.strict")
+local relay = require("sluice.relay")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_header = ngx.header
+
+local _M = {}
+
+-- Hand the request to `backend` of `pool` for model `model_name`: convert the body
+-- to the backend's protocol and set what proxy_pass reads. Shared by access and the
+-- fallback location. Returns nil; or status, type, message.
+function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
+    local path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
+    if not path then
+        return status, err_type, msg
+    end
+    local args = ngx_var.args
+    if args and args ~= "" then
+        path = path .. "?" .. args
+    end
+    -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
+    -- same base_path and credentials, so the URI and Authorization still fit.
+    ngx_var.sluice_upstream_host = backend.host_header
+    -- unset, the variable reads "" (no header sent): written only when there is a
+    -- credential, or one of an earlier pass (the fallback's) to clear
+    local credential = backend.auth_header
+    if credential ~= "" or ctx.upstream_auth then
+        ngx_var.sluice_upstream_auth = credential
+        ctx.upstream_auth = credential ~= ""
+    end
+    ngx_var.sluice_upstream_uri = backend.base_path .. path
+    -- a backend of another trust set: ngx.exec, unless the answer is relayed
+    upstream_tls.forward(backend, relay.wanted(ctx))
+end
+
+-- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
+-- error type for OpenAI callers, so their clients read it as OpenAI's own).
+local function refuse_malformed(endpoint, doc, model)
+    local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        return nil
+    end
+    return 400, endpoint.caller == "openai" and "invalid_request_error" or "invalid_request",
+           why, { param = param }
+end
+
+-- The access steps of a public request, in order. Each returns what it computed, or
+-- a status and error; nothing here ends the request. Returns nil when the request
+-- goes to a backend; a status, type, message[, extra] to refuse it; or 200 and the
+-- content type and body of an answer made here (catalog, cache hit).
+function _M.admit(ctx)
+    local endpoint, path_model, err_type, msg, allow = endpoints.match()
+    if not endpoint then
+        local status = path_model   -- on failure: nil, status, type, message[, allow]
+        if status == 405 then
+            ngx_header["Allow"] = allow
+        end
+        return status, err_type, msg
+    end
+
+    local snap = config.get()
+    if not snap then
+        return 503, "backend_unavailable", "the gateway has no configuration yet",
+               { retry_after = 1 }
+    end
+
+    -- on success: consumer, attributes; on failure: nil, status, type, message
+    local consumer, status
+    consumer, status, err_type, msg = jobs.authenticate(snap)   -- or a job's worker
+    if not consumer then
+        return status, err_type, msg
+    end
+    -- what routing conditions test: the consumer's attributes, JWT claims over them
+    ctx.attributes = status
+    ctx.consumer = consumer
+    if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
+        return jobs.serve(snap, consumer)
+    end
+
+    if endpoint.method == "GET" then
+        return catalog.serve(snap, consumer, path_model)
+    end
+
+    local model_name, doc
+    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model, snap)
+    if not model_name then
+        return doc, err_type, msg
+    end
+
+    -- a model, or a route over models (sluice.routes picks one below)
+    if not snap.models[model_name] and not snap.routes[model_name] then
+        return 404, "not_found", "unknown model " .. model_name
+    end
+    ctx.model_name = model_name
+    if not auth.allowed(consumer, model_name) then
+        return 403, "forbidden", "this key may not use model " .. model_name
+    end
+    -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
+    local extra
+    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
+    if status then
+        return status, err_type, msg, extra
+    end
+    if jobs.wanted() then   -- Prefer: respond-async: stored and queued as a job
+        return jobs.submit(snap, consumer, model_name)
+    end
+
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
+                                                endpoint.caller == "openai")
+    if status then
+        return status, err_type, msg, extra
+    end
+    usage.count(ctx, endpoint, consumer, model_name)
+
+    local violated = content.check(snap, model_name, ctx.request_doc)
+    if violated then
+        observe.policy_refused(model_name, violated)
+        return 451, "policy_violation",
+               "the request was refused by content policy " .. violated
+    end
+
+    local asked = model_name
+    model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
+
+    local pool, model
+    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
+    if not pool then
+        return model, err_type, msg
+    end
+    if model_name ~= asked then
+        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)
+        if status then
+            return status, err_type, msg, extra
+        end
+    end
+    ctx.model_name = model_name
+
+    local hit_type, hit = cache.lookup(ctx, endpoint, doc, model, consumer)
+    if hit_type then
+        return 200, hit_type, hit
+    end
+    status, err_type, msg, extra = admission.admit(ctx, snap, consumer, model_name, pool)
+    if status then
+        -- Saturated. A job's run is retried by the worker later, and a best-effort
+        -- request of a plan with buffer_at_peak becomes a job now (as with Prefer:
+        -- respond-async); either way the plan counts it when it runs, so what
+        -- policy.check and usage.count took goes back (quotas count answers once).
+        if status == 503 then
+            local buffer = not ctx.job_id and admission.buffers(snap, consumer)
+            if buffer or ctx.job_id then
+                policy.undo(ctx)
+                usage.uncount(ctx)
+            end
+            if buffer then
+                routes.unchoose(ctx, endpoint, asked)
+                ctx.model_name = asked
+                return jobs.submit(snap, consumer, asked)
+            end
+        end
+        return status, err_type, msg, extra
+    end
+
+    local backend, retry_after = balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        -- every backend loading: 503 "model loading"
+        status, err_type, msg, extra = health.refuse(pool, model_name)
+        if status then
+            return status, err_type, msg, extra
+        end
+        if retry_after then
+            return 503, "backend_unavailable", "every backend of model "
+                   .. model_name .. " has an open circuit",
+                   { retry_after = retry_after > 0 and retry_after or 1 }
+        end
+        return 503, "backend_unavailable",
+               "no backend of model " .. model_name .. " is available"
+    end
+    ctx.model = model
+    doc, msg = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
+    if msg then
+        return 500, "internal_error", "the request could not be masked"
+    end
+    fallback.arm(ctx, model)   -- before forward() rewrites the body
+    return _M.forward(ctx, endpoint, doc, model_name, pool, backend)
+end
+
+return _M
