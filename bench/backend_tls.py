@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.gateway import (UPSTREAM_ANSWER, bench_snapshot, check_answers,  # noqa: E402
-                           start_nginx)
+from bench.gateway import check_answers  # noqa: E402
+from bench.targets import UPSTREAM_ANSWER, bench_snapshot, start_nginx  # noqa: E402
 from bench.wrk import MODEL, BenchError, run_wrk  # noqa: E402
 from control_plane.backend_tls import trust_id  # noqa: E402
 from control_plane.runtime.gateway import Gateway, GatewayConfig  # noqa: E402

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
-from bench import gateway as bench_gateway  # noqa: E402
+from bench import targets as bench_targets  # noqa: E402
 from bench.wrk import MODEL, BenchError  # noqa: E402
 from control_plane.runtime import gateway as gateway_module  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
@@ -90,7 +90,7 @@ def start_plain(prefix: Path, port: int, http_body: str, main: str = ""):
     for sub in ("logs", "tmp", "conf"):
         (prefix / sub).mkdir(parents=True, exist_ok=True)
     conf = prefix / "conf" / "nginx.conf"
-    conf.write_text(bench_gateway.nginx_conf(1, http_body, main))
+    conf.write_text(bench_targets.nginx_conf(1, http_body, main))
     proc = spawn([*CALLGRIND, f"--callgrind-out-file={prefix}/callgrind.out.%p",
                   f"--log-file={prefix}/logs/valgrind.%p.log", "nginx",
                   "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"],
@@ -149,21 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     dumps: dict[str, Path] = {}
     try:
         (upstream,) = free_ports(1)
-        procs.append(bench_gateway.start_nginx(top / "upstream", 1,
-                                               bench_gateway.upstream_http(upstream), upstream))
+        procs.append(bench_targets.start_nginx(top / "upstream", 1,
+                                               bench_targets.upstream_http(upstream), upstream))
         for name in ("baseline", "lean"):
             if name not in targets:
                 continue
             (port,) = free_ports(1)
-            body = (bench_gateway.baseline_http(port, upstream) if name == "baseline"
-                    else bench_gateway.lean_http(port, upstream, key))
-            main_ctx = "" if name == "baseline" else bench_gateway.LUA_MODULES
+            body = (bench_targets.baseline_http(port, upstream) if name == "baseline"
+                    else bench_targets.lean_http(port, upstream, key))
+            main_ctx = "" if name == "baseline" else bench_targets.LUA_MODULES
             procs.append(start_plain(top / name, port, body, main_ctx))
             figures[name], dumps[name] = count(procs[-1].pid, top / name, port,
                                                key if name == "lean" else None, args)
         if {"sluice", "policy"} & set(targets):
             under_callgrind()
-            gateway = bench_gateway.start_gateway(top / "gateway", 1, upstream, key,
+            gateway = bench_targets.start_gateway(top / "gateway", 1, upstream, key,
                                                   key + "-plan")
             for name, k in (("sluice", key), ("policy", key + "-plan")):
                 if name in targets:
