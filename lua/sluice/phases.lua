@@ -41,10 +41,12 @@ local tonumber = tonumber
 local _M = {}
 
 -- LuaJIT's trace limits: a request's path through these modules makes long traces,
--- which the defaults abort ("trace too long") and leave to the interpreter for good.
--- Raised as APISIX and Kong do; measured with bench/instructions.py (bench/README.md).
+-- which the defaults abort ("trace too long", "loop unroll limit reached": the log
+-- phase's shared-dict calls) and, after a few aborts, leave to the interpreter for
+-- good. Raised as APISIX and Kong do; measured with bench/instructions.py and
+-- `jit.v` (bench/README.md).
 local JIT_OPTIONS = { "maxtrace=8000", "maxrecord=32000", "maxmcode=65536", "maxside=400",
-                      "maxsnap=2000", "minstitch=3", "maxirconst=2000" }
+                      "maxsnap=2000", "minstitch=3", "maxirconst=2000", "loopunroll=60" }
 
 function _M.init(opts)
     require("jit.opt").start(unpack(JIT_OPTIONS))

@@ -21,7 +21,6 @@ local cjson = require("cjson.safe")
 
 local type = type
 local floor = math.floor
-local pairs = pairs
 local ipairs = ipairs
 local next = next
 local str_find = string.find
@@ -57,25 +56,17 @@ local function is_int(v)
     return is_number(v) and floor(v) == v
 end
 
--- A JSON array (cjson decodes [] and {} alike: an empty table passes as both).
+-- A JSON array, for what cjson decoded (cjson decodes [] and {} alike: an empty table
+-- passes as both). cjson makes an array's keys 1..n without holes (null is
+-- cjson.null, not nil) and an object's keys strings, so looking at [1] is exact --
+-- and no loop: a loop per message inside the access phase's trace makes LuaJIT
+-- abort that trace, and after a few aborts interpret the phase for good.
 local function is_array(v)
-    if type(v) ~= "table" then
-        return false
-    end
-    local n = #v
-    for k in pairs(v) do
-        if type(k) ~= "number" or k < 1 or k > n or floor(k) ~= k then
-            return false
-        end
-    end
-    return true
+    return type(v) == "table" and (v[1] ~= nil or next(v) == nil)
 end
 
 local function is_object(v)
-    if type(v) ~= "table" then
-        return false
-    end
-    return next(v) == nil or not is_array(v)
+    return type(v) == "table" and v[1] == nil
 end
 
 local function range(doc, name, lo, hi, where)
@@ -85,6 +76,14 @@ local function range(doc, name, lo, hi, where)
     end
     if not is_number(v) or v < lo or v > hi then
         return where .. name, name .. " must be a number from " .. lo .. " to " .. hi
+    end
+end
+
+local function tokens(doc, name, limit, where)
+    local v = doc[name]
+    if not absent(v) and (not is_int(v) or v < 1 or v > limit) then
+        return where .. name, name .. " must be an integer from 1 to " .. limit
+                               .. " (this model's limit)"
     end
 end
 
@@ -99,13 +98,10 @@ local function sampling(doc, limit, where)
     if p then return p, msg end
     p, msg = range(doc, "frequency_penalty", -2, 2, where)
     if p then return p, msg end
-    for _, name in ipairs(TOKEN_FIELDS) do
-        local v = doc[name]
-        if not absent(v) and (not is_int(v) or v < 1 or v > limit) then
-            return where .. name, name .. " must be an integer from 1 to " .. limit
-                                   .. " (this model's limit)"
-        end
-    end
+    local p2, msg2 = tokens(doc, TOKEN_FIELDS[1], limit, where)
+    if p2 then return p2, msg2 end
+    p2, msg2 = tokens(doc, TOKEN_FIELDS[2], limit, where)
+    if p2 then return p2, msg2 end
     local n = doc.n
     if not absent(n) and (not is_int(n) or n < 1 or n > MAX_N) then
         return where .. "n", "n must be an integer from 1 to " .. MAX_N
@@ -148,15 +144,16 @@ local function content(c, role, where)
     end
     for i = 1, #c do
         local part = c[i]
-        local pw = where .. "[" .. (i - 1) .. "]"
+        -- the param's name is made only for an answer: not per part of every request
         if not is_object(part) then
-            return pw, "a content part must be an object"
+            return where .. "[" .. (i - 1) .. "]", "a content part must be an object"
         end
         if not PART_TYPES[part.type] then
-            return pw .. ".type", "content part type must be one of " .. PART_NAMES
+            return where .. "[" .. (i - 1) .. "].type",
+                   "content part type must be one of " .. PART_NAMES
         end
         if part.type == "text" and type(part.text) ~= "string" then
-            return pw .. ".text", "a text part needs a string text"
+            return where .. "[" .. (i - 1) .. "].text", "a text part needs a string text"
         end
     end
     return nil
@@ -168,15 +165,17 @@ local function messages(list)
     end
     for i = 1, #list do
         local m = list[i]
-        local where = "messages[" .. (i - 1) .. "]"
         if not is_object(m) then
-            return where, "a message must be an object"
+            return "messages[" .. (i - 1) .. "]", "a message must be an object"
         end
         if not ROLES[m.role] then
-            return where .. ".role", "role must be one of " .. ROLE_NAMES
+            return "messages[" .. (i - 1) .. "].role", "role must be one of " .. ROLE_NAMES
         end
-        local p, msg = content(m.content, m.role, where .. ".content")
-        if p then return p, msg end
+        local c = m.content
+        if type(c) ~= "string" then   -- the usual case needs no param name
+            local p, msg = content(c, m.role, "messages[" .. (i - 1) .. "].content")
+            if p then return p, msg end
+        end
     end
     return nil
 end
