@@ -13,7 +13,6 @@ PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
   postgresql wrk lua-check python3 python3-venv python3-pip
-  valgrind   # bench/instructions.py counts instructions per request
   ca-certificates openssl   # the system store https backends are verified against; test CAs
   chromium chromium-driver
 )
@@ -30,8 +29,9 @@ PACKAGES=(
 # rabbitmq-server: `sluice up` and the tests run private RabbitMQ nodes (images only
 # connect to a broker: SLUICE_AMQP_URL).
 # gcc, libc6-dev: the benches compile their open-loop load generator (bench/openloop.c),
+# valgrind: bench/instructions.py counts instructions per request;
 # and tests/unit/test_openloop.py checks it.
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev)
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev valgrind)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
