@@ -29,8 +29,8 @@ PACKAGES=(
 # rabbitmq-server: `sluice up` and the tests run private RabbitMQ nodes (images only
 # connect to a broker: SLUICE_AMQP_URL).
 # gcc, libc6-dev: the benches compile their open-loop load generator (bench/openloop.c),
-# valgrind: bench/instructions.py counts instructions per request;
-# and tests/unit/test_openloop.py checks it.
+# and tests/unit/test_openloop.py checks it; valgrind: bench/instructions.py counts
+# instructions per request.
 [ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev valgrind)
 
 missing=()
