@@ -30,7 +30,8 @@
 --
 -- Cost: a subrequest per converted answer (bench/relay.py measures it), and a whole
 -- answer held in memory once more (at most 16 MiB, as before); a stream's pieces
--- cross over as they come. Nothing on a pair proxied unchanged.
+-- cross over as they come. Nothing on a pair proxied unchanged, unless its model has
+-- a fallback.
 local errors = require("sluice.errors")
 
 local ngx = ngx
@@ -65,12 +66,23 @@ local _M = { LOCATION = LOCATION }
 -- Access phase, the request bound for a backend: is its answer converted (whole,
 -- or frame by frame: see streams()), and can a subrequest fetch it (not HTTP/2)?
 function _M.wanted(ctx)
-    return ctx.conv ~= nil and http_version() < 2
+    if ctx.conv == nil then
+        -- proxied unchanged: only when its model has a fallback (nginx intercepts no
+        -- backend answer, so only the relay sees a backend's own 504 before it is
+        -- sent, and falls back on it: intercepted()); never a stream, which the
+        -- relay would read whole
+        local doc = ctx.request_doc
+        if ctx.fallback_to == nil or (doc and doc.stream == true) then
+            return false
+        end
+    end
+    return http_version() < 2
 end
 
 -- Access phase: is it a stream converted frame by frame?
 function _M.streams(ctx)
-    return ctx.conv.frames
+    local conv = ctx.conv
+    return conv ~= nil and conv.frames
 end
 
 -- Access phase: the answer, through the subrequest (sets ctx.relay_vars and, once

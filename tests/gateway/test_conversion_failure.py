@@ -216,3 +216,59 @@ def test_unconvertible_200_of_a_fallback_is_a_real_502(falling_back, helpers, fi
     stats = eventually(lambda: (s := gw.stats()["backends"])[first_id]["failures"] == 2
                        and s, 10)
     assert stats["1"]["successes"] == 2 and stats["1"]["failures"] == 0
+
+
+class _Openai504(BaseHTTPRequestHandler):
+    """An OpenAI backend that answers every chat with its own 504 and a JSON body."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = b'{"error": {"message": "upstream model timed out", "type": "timeout"}}'
+        self.send_response(504)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_backend_504_of_an_unchanged_answer_goes_to_the_fallback(gateway, helpers, backends):
+    """OpenAI caller, OpenAI backend (nothing converted): the backend's own 504 still
+    falls back, as nginx's own timeout does; a stream of the same model is not held."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Openai504)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+    b = {"id": 1, "name": "slow-openai", "protocol": "openai", "scheme": "http",
+         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+         "base_path": "", "weight": 1}
+    snap = helpers.make_snapshot(1, {"prim": (5000, [b]),
+                                     "fast": (5000, [backends["openai-a"].entry(2)])})
+    snap["models"]["prim"]["fallback_model"] = "fast"
+    try:
+        assert gateway.push(snap).status_code == 200
+        r = requests.post(gateway.url + "/v1/chat/completions", timeout=15,
+                          headers={"Authorization": f"Bearer {helpers.KEY}",
+                                   "X-Request-Id": "plain-fb"},
+                          json={"model": "prim", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        assert r.headers["X-Sluice-Fallback"] == "fast"
+        assert r.json()["choices"][0]["message"]["content"] == "echo: hi"
+        line = eventually(lambda: [l for l in access_lines(gateway, 1, timeout=0.5)
+                                   if l["request_id"] == "plain-fb"], 10)[0]
+        assert line["status"] == "200" and line["fallback"] == "fast"
+        assert "upstream model timed out" in line["upstream_error"]
+        # a stream is not relayed: the backend's 504 reaches the caller in the template
+        r = requests.post(gateway.url + "/v1/chat/completions", timeout=15,
+                          headers={"Authorization": f"Bearer {helpers.KEY}"},
+                          json={"model": "prim", "stream": True,
+                                "messages": [{"role": "user", "content": "hi"}]})
+        err = helpers.assert_error(r, 504, "timeout")   # the backend's own type
+        assert "upstream model timed out" in err["message"]
+        assert "X-Sluice-Fallback" not in r.headers
+    finally:
+        server.shutdown()
+        server.server_close()
