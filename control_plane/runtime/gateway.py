@@ -200,6 +200,7 @@ def render(cfg: GatewayConfig) -> str:
         "resolver_directive": resolver,
         "system_ca_file": SYSTEM_CA_FILE,
         "jobs_proxy": _jobs_proxy(cfg.jobs_url),
+        "loop_socket": str(nginx_tls.h1_socket(cfg)),
     }
 
     def fill(m: re.Match) -> str:
@@ -312,6 +313,8 @@ class Gateway:
             raise RuntimeError("gateway already running")
         self.stop()
         self.write_config()
+        # a killed nginx leaves its unix socket behind, and bind() would refuse it
+        nginx_tls.h1_socket(self.cfg).unlink(missing_ok=True)
         self.proc = procs.spawn(self._nginx("-g", "daemon off;"), log=log_to)
         try:
             self._wait_serving()

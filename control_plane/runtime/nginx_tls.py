@@ -4,6 +4,7 @@ The public server's protocols, ciphers and session settings are fixed lines of
 nginx/nginx.conf.tmpl; only what differs per gateway is made here."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,17 @@ def nginx_path(path: Path, what: str) -> str:
     return f'"{text}"'
 
 
+def h1_socket(cfg: GatewayConfig) -> Path:
+    """The unix socket where the public server also speaks HTTP/1.1 to itself (the
+    HTTP/2 requests relayed through location @sluice_h1_loop). In the prefix's tmp/
+    while the path fits a socket's 107 bytes, else in /tmp under the prefix's hash."""
+    path = Path(cfg.prefix).resolve() / "tmp" / "h1.sock"
+    if len(str(path)) > 100:
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        path = Path("/tmp") / f"sluice-h1-{digest}.sock"
+    return path
+
+
 def public_listen(cfg: GatewayConfig) -> tuple[str, str]:
     """The public server's listen lines and its ssl_certificate lines."""
     lines = []
@@ -42,6 +54,9 @@ def public_listen(cfg: GatewayConfig) -> tuple[str, str]:
     if not (cfg.tls_cert and cfg.tls_key):
         raise ValueError("tls_port needs both tls_cert and tls_key")
     lines.append(f"listen {cfg.listen_host}:{int(cfg.tls_port)} ssl http2;")
+    # HTTP/1.1 on a unix socket, for the HTTP/2 requests whose answers the relay
+    # reads first (lua/sluice/relay.lua): a subrequest cannot serve HTTP/2
+    lines.append(f"listen unix:{h1_socket(cfg)};")
     certificate = (f"ssl_certificate {nginx_path(cfg.tls_cert, 'tls_cert')};\n"
                    f"        ssl_certificate_key {nginx_path(cfg.tls_key, 'tls_key')};")
     return "\n        ".join(lines), certificate

@@ -76,6 +76,8 @@
 --                                   error page of the public request
 --  upstream_earlier   phases        a relayed fallback: the first pass's attempts
 --                                   ({status, times, header times}), joined first
+--  looped             phases        an HTTP/2 request served again as HTTP/1.1 (relay.loops):
+--                                   this pass's filters and log stand aside
 --  relay_status       phases        the subrequest's status before its filters
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a

@@ -76,6 +76,18 @@ local function answer(content_type, body)
     return ngx_exit(200)
 end
 
+-- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
+-- failing to connect or timing out)? $upstream_header_time is "-" without headers.
+local function backend_answered(ctx)
+    -- this request's own attempts (a fallback's), else a relayed subrequest's
+    local times = ngx_var.upstream_header_time or ctx.upstream_header_times
+    if not times then
+        return false
+    end
+    local last = times:match("([^,%s:]+)%s*$")
+    return last ~= nil and tonumber(last) ~= nil
+end
+
 local function joined(first, second)
     if not first then
         return second
@@ -149,6 +161,9 @@ function _M.access()
         return answer(err_type, msg)
     elseif status == 499 then   -- the caller went away while it waited for a slot
         return ngx_exit(499)
+    elseif status == "loop" then   -- HTTP/2, served again as HTTP/1.1 (sluice.relay)
+        ctx.looped = true
+        return ngx_exec("@sluice_h1_loop")
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
@@ -190,8 +205,8 @@ function _M.header_filter()
     if id then
         ngx_header["X-Request-Id"] = id
     end
-    if ctx.relayed and not ngx.is_subrequest then
-        return   -- the subrequest's filters made this answer
+    if (ctx.relayed and not ngx.is_subrequest) or ctx.looped then
+        return   -- the subrequest's filters, or the HTTP/1.1 pass, made this answer
     end
     if ctx.relay_vars and ngx.is_subrequest then
         -- what the backend (or nginx) answered, before the filters change it
@@ -212,7 +227,7 @@ end
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
-    if ctx.relayed and not ngx.is_subrequest then
+    if (ctx.relayed and not ngx.is_subrequest) or ctx.looped then
         return
     end
     convert.body_filter(ctx)
@@ -230,6 +245,9 @@ end
 
 function _M.log()
     local ctx = context.finish()
+    if ctx.looped and backend_answered(ctx) then
+        return   -- the HTTP/1.1 pass answered: it counted and logged the request
+    end
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
@@ -269,7 +287,8 @@ function _M.fallback()
     return errors.exit(status, err_type, msg)
 end
 
--- @sluice_tls_*: an https backend's own trust set (lua/sluice/upstream_tls.lua).
+-- @sluice_tls_*: an https backend's own trust set (lua/sluice/upstream_tls.lua);
+-- @sluice_h1_loop: an HTTP/2 request served again as HTTP/1.1 (lua/sluice/relay.lua).
 function _M.tls_resume()
     context.resume()
 end
@@ -283,18 +302,6 @@ end
 function _M.internal()
     requestid.take(ngx.ctx)
     return internal.handle()
-end
-
--- Did the last upstream attempt answer with an HTTP status (as opposed to nginx
--- failing to connect or timing out)? $upstream_header_time is "-" without headers.
-local function backend_answered(ctx)
-    -- this request's own attempts (a fallback's), else a relayed subrequest's
-    local times = ngx_var.upstream_header_time or ctx.upstream_header_times
-    if not times then
-        return false
-    end
-    local last = times:match("([^,%s:]+)%s*$")
-    return last ~= nil and tonumber(last) ~= nil
 end
 
 -- Named location behind `error_page`: nginx's own 413/494/500/502/503/504 leave in

@@ -25,8 +25,10 @@
 -- fallback (@sluice_fallback) relays its answer the same way.
 --
 -- Not over HTTP/2: ngx.location.capture refuses its requests (lua-nginx-module: "http2
--- requests not supported yet"), so they keep the direct path, where an unconvertible
--- 200 reaches the caller as an error body under 200 (SSE: an error event).
+-- requests not supported yet"). Such a request goes, before anything is counted, to
+-- @sluice_h1_loop (loops()), which hands it whole to the same server's HTTP/1.1 unix
+-- socket: there it is served like any HTTP/1.1 request, relay included, and counted
+-- and logged once; the HTTP/2 pass only proxies the answer.
 --
 -- Cost: a subrequest per converted answer (bench/relay.py measures it), and a whole
 -- answer held in memory once more (at most 16 MiB, as before); a stream's pieces
@@ -45,6 +47,7 @@ local spawn = ngx.thread.spawn
 local wait_thread = ngx.thread.wait
 local semaphore = require("ngx.semaphore")
 local pairs = pairs
+local ipairs = ipairs
 local str_lower = string.lower
 
 local LOCATION = "/_sluice/buffered"
@@ -77,6 +80,35 @@ function _M.wanted(ctx)
         end
     end
     return http_version() < 2
+end
+
+-- Would model (or route) `name` need the relay for `endpoint` (some version of it
+-- converts, or has a fallback and the request is no stream)?
+local function could_need(snap, endpoint, name, doc)
+    local streaming = doc ~= nil and doc.stream == true
+    local function needs(m)
+        return m ~= nil and (not m.pools[endpoint.native]
+                             or (m.fallback ~= nil and not streaming))
+    end
+    local route = snap.routes[name]
+    if not route then
+        return needs(snap.models[name])
+    end
+    for _, list in ipairs({ route.cond, route.split }) do
+        for i = 1, #list do
+            if needs(snap.models[list[i].model]) then
+                return true
+            end
+        end
+    end
+    return false
+end
+
+-- Access phase, before anything is counted: an HTTP/2 request that the relay may
+-- have to read first goes to @sluice_h1_loop, to be served again as HTTP/1.1 (a
+-- subrequest cannot serve HTTP/2).
+function _M.loops(snap, endpoint, name, doc)
+    return http_version() >= 2 and could_need(snap, endpoint, name, doc)
 end
 
 -- Access phase: is it a stream converted frame by frame?

@@ -70,8 +70,9 @@ end
 
 -- The access steps of a public request, in order. Each returns what it computed, or
 -- a status and error; nothing here ends the request. Returns nil when the request
--- goes to a backend; a status, type, message[, extra] to refuse it; or 200 and the
--- content type and body of an answer made here (catalog, cache hit).
+-- goes to a backend; a status, type, message[, extra] to refuse it; 200 and the
+-- content type and body of an answer made here (catalog, cache hit); or "loop": an
+-- HTTP/2 request to serve again as HTTP/1.1 (sluice.relay.loops).
 function _M.admit(ctx)
     local endpoint, path_model, err_type, msg, allow = endpoints.match()
     if not endpoint then
@@ -116,6 +117,9 @@ function _M.admit(ctx)
         return 404, "not_found", "unknown model " .. model_name
     end
     ctx.model_name = model_name
+    if relay.loops(snap, endpoint, model_name, doc) then
+        return "loop"   -- nothing counted yet: the HTTP/1.1 pass counts it
+    end
     if not auth.allowed(consumer, model_name) then
         return 403, "forbidden", "this key may not use model " .. model_name
     end

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openai
@@ -174,8 +175,8 @@ def test_curl_negotiates_http2_and_gets_the_answer(tls_gw, helpers, ca_file):
 
 
 def test_converted_answer_over_http2(tls_gw, helpers, ca_file):
-    # ngx.location.capture refuses HTTP/2 requests, so an answer converted whole
-    # cannot take the relay's subrequest there (lua/sluice/relay.lua): the direct path
+    # ngx.location.capture refuses HTTP/2 requests: an answer converted whole is
+    # served again as HTTP/1.1 on the gateway's unix socket (@sluice_h1_loop)
     body = json.dumps({"model": "v2", "messages": [{"role": "user", "content": TEXT}]})
     res = curl("--http2", "--cacert", ca_file, "-w", "\n%{http_version} %{http_code}",
                "-H", f"Authorization: Bearer {helpers.KEY}",
@@ -185,6 +186,95 @@ def test_converted_answer_over_http2(tls_gw, helpers, ca_file):
     answer, status = res.stdout.rsplit("\n", 1)
     assert status == "2 200", res.stdout
     assert json.loads(answer)["choices"][0]["message"]["content"] == "v2: " + TEXT
+
+
+class _Odd(BaseHTTPRequestHandler):
+    """A backend for the HTTP/2 relay tests: as KServe v1 (predict) a 200 whose body
+    cannot be converted; as OpenAI its own 504."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.endswith(":predict") or "/predict" in self.path:
+            status, out = 200, b'{"unexpected": true}'
+        else:
+            status, out = 504, b'{"error": {"message": "model timed out", "type": "timeout"}}'
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def odd_gw(gateway_factory, prefix, pki, helpers, protocol_backends):
+    """A TLS gateway with `junk` (predict backend answering an unconvertible 200) and
+    `slow` (OpenAI backend answering its own 504, fallback chat-demo)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    port = server.server_address[1]
+
+    def entry(bid, protocol):
+        return {"id": bid, "name": f"odd-{protocol}", "protocol": protocol, "scheme": "http",
+                "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+                "base_path": "", "weight": 1}
+
+    gw = gateway_factory(tls_config(prefix, pki))
+    snap = helpers.make_snapshot(1, {
+        "chat-demo": (5000, [protocol_backends["openai"].entry(1)]),
+        "junk": (5000, [entry(2, "predict")]),
+        "slow": (5000, [entry(3, "openai")])})
+    snap["models"]["slow"]["fallback_model"] = "chat-demo"
+    assert gw.push(snap).status_code == 200
+    yield gw
+    server.shutdown()
+    server.server_close()
+
+
+def h2_chat(gw, helpers, ca_file, model, rid):
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": TEXT}]})
+    res = curl("--http2", "--cacert", ca_file, "-D", "-", "-H", f"X-Request-Id: {rid}",
+               "-H", f"Authorization: Bearer {helpers.KEY}",
+               "-H", "Content-Type: application/json", "-d", body,
+               gw.tls_url + "/v1/chat/completions")
+    assert res.returncode == 0, res.stderr
+    head, _, answer = res.stdout.replace("\r\n", "\n").partition("\n\n")
+    assert answer, res.stdout
+    return head, json.loads(answer)
+
+
+def logged_once(gw, rid) -> dict:
+    """The request's log line: exactly one, though it was served twice (HTTP/2, then
+    HTTP/1.1 on the unix socket)."""
+    lines = eventually(lambda: [line for line in access_lines(gw, 1, timeout=0.5)
+                                if line["request_id"] == rid], 10)
+    time.sleep(1.5)   # the log's flush interval: a second line would be there by now
+    lines = [line for line in access_lines(gw, 1) if line["request_id"] == rid]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_unconvertible_200_over_http2_is_a_502(odd_gw, helpers, ca_file):
+    head, answer = h2_chat(odd_gw, helpers, ca_file, "junk", "h2-junk")
+    assert head.startswith("HTTP/2 502"), head
+    err = answer["error"]
+    assert err["code"] == 502 and err["request_id"] == "h2-junk"
+    assert "cannot convert the backend answer" in err["message"]
+    line = logged_once(odd_gw, "h2-junk")
+    assert line["status"] == "502" and line["model"] == "junk"
+
+
+def test_backend_504_over_http2_falls_back(odd_gw, helpers, ca_file):
+    head, answer = h2_chat(odd_gw, helpers, ca_file, "slow", "h2-slow")
+    assert head.startswith("HTTP/2 200"), head
+    assert "x-sluice-fallback: chat-demo" in head.lower()
+    assert answer["choices"][0]["message"]["content"] == "echo: " + TEXT
+    line = logged_once(odd_gw, "h2-slow")
+    assert line["status"] == "200" and line["fallback"] == "chat-demo"
 
 
 def test_http2_bodies_without_a_length_and_too_large_bodies(tls_gw, helpers, ca_file):
