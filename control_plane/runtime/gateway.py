@@ -39,7 +39,7 @@ import requests
 from control_plane.backend_tls import SYSTEM_CA_FILE
 from control_plane.controller.gateway_client import GatewayClient
 from control_plane.runtime import backend_trust, nginx_tls, procs
-from control_plane.settings import parse_redis_url
+from control_plane.settings_variables import parse_redis_url
 
 log = logging.getLogger("sluice.gateway")
 

@@ -8,7 +8,8 @@ import pytest
 
 from control_plane.runtime import gateway
 from control_plane.runtime.gateway import GatewayConfig, render
-from control_plane.settings import RedisURL, SettingsError, load_settings, parse_redis_url
+from control_plane.settings import SettingsError, load_settings
+from control_plane.settings_variables import RedisURL, parse_redis_url
 
 
 def test_defaults_no_redis_fail_open():
