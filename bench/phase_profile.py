@@ -136,13 +136,13 @@ def main() -> int:
     key, policy_key = "sk-bench-0123456789abcdef", "sk-bench-policy-0123456789ab"
     gw = None
     try:
-        from control_plane.runtime import gateway as gwmod
-        real_init = gwmod.GatewayConfig.__init__
+        from control_plane.runtime import nginx_conf
+        real_init = nginx_conf.GatewayConfig.__init__
 
         def with_root(self, *a, **kw):
             kw.setdefault("lua_root", lua)
             real_init(self, *a, **kw)
-        gwmod.GatewayConfig.__init__ = with_root
+        nginx_conf.GatewayConfig.__init__ = with_root
         gw = bench.start_gateway(top / "gateway", 1, up_port, key, policy_key)
         k = key if args.target == "sluice" else policy_key
         try:

@@ -161,7 +161,7 @@ def tls_policy() -> list[str]:
     """The ssl_* lines of the Sluice template's public server that are not
     placeholders: protocols, ciphers, tickets, session cache. The baseline gets the
     same, so that the two differ only in what Sluice does per request."""
-    from control_plane.runtime.gateway import TEMPLATE
+    from control_plane.runtime.nginx_conf import TEMPLATE
 
     public = TEMPLATE.read_text().split("# --- public listener", 1)[1].split("location / {", 1)[0]
     lines = [line.strip() for line in public.splitlines()
@@ -224,7 +224,8 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
                   tls: tuple[int, Path, Path] | None = None):
     """`tls`: (port, certificate chain, key) of an HTTPS listener beside the plain one."""
     try:
-        from control_plane.runtime.gateway import Gateway, GatewayConfig
+        from control_plane.runtime.gateway import Gateway
+        from control_plane.runtime.nginx_conf import GatewayConfig
     except ImportError as exc:
         raise BenchError(f"the gateway is not available ({exc}); "
                          "use --baseline-only to measure plain nginx alone") from None

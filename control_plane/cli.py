@@ -64,7 +64,8 @@ def _gateway(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from control_plane.runtime import membership
-    from control_plane.runtime.gateway import Gateway, GatewayConfig
+    from control_plane.runtime.gateway import Gateway
+    from control_plane.runtime.nginx_conf import GatewayConfig
     from control_plane.settings import load_settings
 
     settings = load_settings()

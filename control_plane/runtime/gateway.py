@@ -17,199 +17,31 @@ does on SIGHUP), so a renewed certificate is served from the next new connection
 The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
 `logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
 workers), `tmp/` (nginx's temp paths) and, for https backends, `conf/backend_tls.conf`
-with `conf/tls/` (their TLS locations and CAs: runtime/backend_trust.py).
+with `conf/tls/` (their TLS locations and CAs: runtime/backend_trust.py). What
+`GatewayConfig` holds and how it becomes conf/nginx.conf: runtime/nginx_conf.py.
 """
 from __future__ import annotations
 
 import grp
-import ipaddress
 import logging
 import os
 import pwd
-import re
 import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
-from control_plane.backend_tls import SYSTEM_CA_FILE
 from control_plane.controller.gateway_client import GatewayClient
 from control_plane.runtime import backend_trust, nginx_tls, procs
-from control_plane.settings import parse_redis_url
+from control_plane.runtime.nginx_conf import (WORKER_GROUP, WORKER_USER, GatewayConfig,
+                                              _is_root, render)
 
 log = logging.getLogger("sluice.gateway")
 
-REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
 NGINX = "/usr/sbin/nginx"
-
-# Workers drop to this user when the master runs as root (this machine, CI).
-WORKER_USER = "nobody"
-WORKER_GROUP = "nogroup"
-
-# The token is written into a Lua string literal: keep it to characters that need
-# no escaping there (token_urlsafe and hex tokens qualify).
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
-_SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
-_PLACEHOLDER_RE = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
-
-
-@dataclass
-class GatewayConfig:
-    """Everything that differs between two gateways on one machine."""
-
-    prefix: Path
-    port: int
-    internal_port: int
-    token: str
-    workers: int = 2
-    listen_host: str = "127.0.0.1"
-    # Loopback unless a private network (a compose network) must reach it.
-    internal_host: str = "127.0.0.1"
-    client_max_body_size: str = "1m"
-    # Characters of each request body kept, PII-masked, in the access log; 0 = none.
-    log_excerpts: int = 0
-    # Cluster mode: redis://[[user]:password@]host[:port][/db] shared by the gateways
-    # for rate limits and quotas; on Redis failure fall back to local counters
-    # ("open") or refuse limited requests with 503 ("closed").
-    redis_url: str | None = None
-    redis_failure: str = "open"
-    lua_root: Path = field(default_factory=lambda: REPO / "lua")
-    error_log_level: str = "warn"
-    # The public HTTPS listener (HTTP/2 by ALPN, HTTP/1.x as before): on when tls_port
-    # is set. tls_cert is a PEM file, the server's certificate first, then any
-    # intermediates; tls_key its private key. plain=False turns the HTTP listener
-    # (`port`) off, for deployments where callers must use HTTPS.
-    tls_port: int | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    plain: bool = True
-    # Optional TLS on the internal listener (PEM files; a chain file works), and the
-    # CA this process verifies it with when it calls its own listener.
-    internal_tls_cert: Path | None = None
-    internal_tls_key: Path | None = None
-    internal_ca: Path | None = None
-    # Async jobs, files and batches: the jobs service (`sluice api`) this gateway
-    # hands them to (lua/sluice/jobs.lua); None: such requests get 503.
-    jobs_url: str | None = None
-
-
-def _is_root() -> bool:
-    return os.geteuid() == 0
-
-
-def _lua_str(value: str) -> str:
-    """A Lua string literal for any text: bytes outside a safe set become \\ddd."""
-    safe = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:/@+")
-    return '"' + "".join(chr(b) if b in safe else f"\\{b:03d}"
-                         for b in value.encode()) + '"'
-
-
-def _nameservers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
-    out = []
-    for line in resolv_conf.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == "nameserver":
-            addr = parts[1].split("%")[0]
-            out.append(f"[{addr}]" if ":" in addr else addr)
-    return out
-
-
-def _redis(cfg: GatewayConfig) -> tuple[str, str]:
-    """The Lua table of Redis options for phases.init ("nil" without Redis) and the
-    resolver directive nginx needs when the Redis host is a name (cosockets do not
-    read /etc/hosts; "localhost" is taken as 127.0.0.1)."""
-    if not cfg.redis_url:
-        return "nil", "# no Redis: no resolver needed"
-    if cfg.redis_failure not in ("open", "closed"):
-        raise ValueError("redis_failure must be open or closed")
-    url = parse_redis_url(cfg.redis_url)
-    host, resolver = url.host, "# Redis is addressed by IP: no resolver needed"
-    if host == "localhost":
-        host = "127.0.0.1"
-    else:
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            servers = _nameservers()
-            if not servers:
-                raise ValueError(f"Redis host {host!r} is a name, and /etc/resolv.conf "
-                                 "names no nameserver to resolve it") from None
-            resolver = f"resolver {' '.join(servers)} valid=30s;"
-    fields = [f"host = {_lua_str(host)}", f"port = {int(url.port)}", f"db = {int(url.db)}",
-              f"failure = {_lua_str(cfg.redis_failure)}"]
-    if url.username:
-        fields.append(f"user = {_lua_str(url.username)}")
-    if url.password:
-        fields.append(f"password = {_lua_str(url.password)}")
-    return "{ " + ", ".join(fields) + " }", resolver
-
-
-_JOBS_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$")
-
-
-def _jobs_proxy(url: str | None) -> str:
-    """The jobs location's proxy_pass (scheme, host and port only: the URI passes
-    as it is), or a 503 when no jobs service is configured."""
-    if not url:
-        return "return 503;   # no jobs service configured (SLUICE_JOBS_URL)"
-    url = url.rstrip("/")
-    if not _JOBS_URL_RE.match(url):
-        raise ValueError("jobs_url must be http(s)://host[:port], without a path")
-    return f"proxy_pass {url};"
-
-
-def render(cfg: GatewayConfig) -> str:
-    """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
-    if not _TOKEN_RE.match(cfg.token):
-        raise ValueError("token must be 16-256 characters of [A-Za-z0-9._~+/=-]")
-    if not _SIZE_RE.match(cfg.client_max_body_size):
-        raise ValueError(f"client_max_body_size {cfg.client_max_body_size!r} is not an "
-                         "nginx size such as 1m or 512k")
-    if cfg.workers < 1:
-        raise ValueError("workers must be >= 1")
-    ports = [int(cfg.internal_port)] + ([int(cfg.port)] if cfg.plain else [])
-    if cfg.tls_port is not None:
-        ports.append(int(cfg.tls_port))
-    if len(set(ports)) != len(ports):
-        # nginx would quietly merge both servers on one socket, public one first
-        raise ValueError("port, tls_port and internal_port must differ")
-    redis, resolver = _redis(cfg)
-    public_listen, tls_certificate = nginx_tls.public_listen(cfg)
-    internal_ssl, internal_tls = nginx_tls.internal_tls(cfg)
-    values = {
-        "user_directive": (f"user {WORKER_USER} {WORKER_GROUP};" if _is_root()
-                           else "# not root: workers run as the current user"),
-        "workers": str(cfg.workers),
-        "error_log_level": cfg.error_log_level,
-        "lua_root": str(Path(cfg.lua_root).resolve()),
-        "token": cfg.token,
-        "public_listen": public_listen,
-        "tls_certificate": tls_certificate,
-        "internal_port": str(int(cfg.internal_port)),
-        "internal_host": cfg.internal_host,
-        "internal_ssl": internal_ssl,
-        "internal_tls": internal_tls,
-        "log_excerpts": str(max(0, int(cfg.log_excerpts))),
-        "client_max_body_size": cfg.client_max_body_size,
-        "redis": redis,
-        "resolver_directive": resolver,
-        "system_ca_file": SYSTEM_CA_FILE,
-        "jobs_proxy": _jobs_proxy(cfg.jobs_url),
-        "loop_socket": str(nginx_tls.h1_socket(cfg)),
-    }
-
-    def fill(m: re.Match) -> str:
-        name = m.group(1)
-        if name not in values:
-            raise KeyError(f"{TEMPLATE}: unknown placeholder {{{{{name}}}}}")
-        return values[name]
-
-    return _PLACEHOLDER_RE.sub(fill, TEMPLATE.read_text())
 
 
 def _check_reachable_by_workers(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The TLS lines of the gateway's nginx.conf (control_plane/runtime/gateway.py renders
+"""The TLS lines of the gateway's nginx.conf (control_plane/runtime/nginx_conf.py renders
 them): the public server's listen and certificate lines, the internal server's TLS.
 The public server's protocols, ciphers and session settings are fixed lines of
 nginx/nginx.conf.tmpl; only what differs per gateway is made here."""
@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # only for the annotations: gateway.py imports this module
-    from control_plane.runtime.gateway import GatewayConfig
+if TYPE_CHECKING:   # only for the annotations: nginx_conf.py imports this module
+    from control_plane.runtime.nginx_conf import GatewayConfig
 
 
 # A path that nginx reads as one literal argument: quoted, and with no "$" (since

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 import requests
 
-from control_plane.runtime.gateway import Gateway, render
+from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.nginx_conf import render
 
 
 def _status(gw):

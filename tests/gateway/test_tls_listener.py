@@ -24,7 +24,8 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.runtime.certs import CertAuthority
-from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.nginx_conf import GatewayConfig
 from gateway_readings import access_lines
 from waiting import eventually
 

@@ -16,7 +16,8 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.runtime.admin import AdminClient
-from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.nginx_conf import GatewayConfig
 from jobs_harness import Receiver, job_env, start_worker
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,8 @@ from waiting import eventually
 
 from control_plane.controller.gateway_client import GatewayClient, GatewayError
 from control_plane.runtime import procs
-from control_plane.runtime.gateway import Gateway, GatewayConfig
+from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.nginx_conf import GatewayConfig
 
 
 def _openssl(*args: str, cwd: Path) -> None:

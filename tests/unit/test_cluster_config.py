@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.runtime import gateway
-from control_plane.runtime.gateway import GatewayConfig, render
-from control_plane.settings import RedisURL, SettingsError, load_settings, parse_redis_url
+from control_plane.runtime import nginx_conf
+from control_plane.runtime.nginx_conf import GatewayConfig, render
+from control_plane.settings import SettingsError, load_settings
+from control_plane.settings_variables import RedisURL, parse_redis_url
 
 
 def test_defaults_no_redis_fail_open():
@@ -62,8 +63,8 @@ def test_redis_options_reach_init_as_lua():
 def test_redis_host_name_gets_a_resolver(tmp_path, monkeypatch):
     conf = tmp_path / "resolv.conf"
     conf.write_text("search example\nnameserver 127.0.0.11\nnameserver fd00::1\n")
-    assert gateway._nameservers(conf) == ["127.0.0.11", "[fd00::1]"]
-    monkeypatch.setattr(gateway, "_nameservers", lambda: ["127.0.0.11"])
+    assert nginx_conf._nameservers(conf) == ["127.0.0.11", "[fd00::1]"]
+    monkeypatch.setattr(nginx_conf, "_nameservers", lambda: ["127.0.0.11"])
     text = render(_cfg(redis_url="redis://redis:6379/0"))
     assert "resolver 127.0.0.11 valid=30s;" in text and 'host = "redis"' in text
 

@@ -11,7 +11,9 @@ from urllib.parse import unquote
 
 import pytest
 
-from control_plane import reference_docs, settings
+from control_plane import reference_docs
+from control_plane.settings_descriptions import DESCRIPTIONS
+from control_plane.settings_variables import _VARIABLES
 from docs_tools import DOCUMENTS, MARKDOWN, REPO, anchors, blocks, examples, links
 
 GUIDES = [p for p in DOCUMENTS if p.parent.name == "docs"]
@@ -48,16 +50,16 @@ def test_reference_pages_are_generated_from_the_code():
 
 
 def test_every_setting_has_a_description_and_every_variable_read_is_documented():
-    assert set(settings._VARIABLES) <= set(settings.DESCRIPTIONS)
+    assert set(_VARIABLES) <= set(DESCRIPTIONS)
     read = set()
     for path in (REPO / "control_plane").rglob("*.py"):
         read |= set(re.findall(r"environ(?:\.get\(|\[)\s*\"(SLUICE_[A-Z0-9_]+)\"",
                                path.read_text()))
         read |= set(re.findall(r"_port\(\"(SLUICE_[A-Z0-9_]+)\"", path.read_text()))
-    undocumented = read - set(settings.DESCRIPTIONS)
-    assert not undocumented, f"read from the environment, not in settings.DESCRIPTIONS: {undocumented}"
+    undocumented = read - set(DESCRIPTIONS)
+    assert not undocumented, f"read from the environment, not in settings_descriptions.DESCRIPTIONS: {undocumented}"
     page = (REPO / "docs" / "configuration.md").read_text()
-    for name in settings.DESCRIPTIONS:
+    for name in DESCRIPTIONS:
         assert f"`{name}`" in page
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.runtime.gateway import GatewayConfig, render
 from control_plane.runtime.membership import advertise_default, register_url
+from control_plane.runtime.nginx_conf import GatewayConfig, render
 from control_plane.settings import SettingsError, load_settings
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.runtime.gateway import GatewayConfig, render
+from control_plane.runtime.nginx_conf import GatewayConfig, render
 
 
 @pytest.fixture
