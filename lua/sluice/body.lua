@@ -24,6 +24,7 @@
 --
 -- Pure Lua: tests/lua/test_body.lua runs it under plain luajit.
 local strict = require("sluice.strict")
+local versions = require("sluice.versions")
 
 local str_byte = string.byte
 
@@ -54,20 +55,10 @@ function _M.shape_error(body)
     return nil
 end
 
--- Must the body be decoded for the compiled model `m` at `endpoint`?
-local function model_needs(endpoint, m)
-    return m.cache_ttl > 0 or m.mask_pii or not m.pools[endpoint.native]
-end
-
--- ... for any of the versions `list` (a compiled route's cond or split) names?
-local function any_needs(snap, endpoint, list)
-    for i = 1, #list do
-        local m = snap.models[list[i].model]
-        if m == nil or model_needs(endpoint, m) then
-            return true
-        end
-    end
-    return false
+-- Must the body be decoded for the compiled model `m` at `endpoint`? (An unknown
+-- name: yes, its malformed body is refused before the 404.)
+local function model_needs(m, endpoint)
+    return m == nil or m.cache_ttl > 0 or m.mask_pii or not m.pools[endpoint.native]
 end
 
 -- Must a request at path-named `endpoint` for model or route `name` of compiled
@@ -81,12 +72,7 @@ function _M.needs_doc(snap, endpoint, name)
     if cp.global[1] ~= nil or cp.models[name] ~= nil then
         return true
     end
-    local route = snap.routes[name]
-    if not route then
-        local m = snap.models[name]
-        return m == nil or model_needs(endpoint, m)
-    end
-    return any_needs(snap, endpoint, route.cond) or any_needs(snap, endpoint, route.split)
+    return versions.any(snap, name, model_needs, endpoint)
 end
 
 return _M

@@ -35,6 +35,7 @@
 -- cross over as they come. Nothing on a pair proxied unchanged, unless its model has
 -- a fallback.
 local errors = require("sluice.errors")
+local versions = require("sluice.versions")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -47,7 +48,6 @@ local spawn = ngx.thread.spawn
 local wait_thread = ngx.thread.wait
 local semaphore = require("ngx.semaphore")
 local pairs = pairs
-local ipairs = ipairs
 local str_lower = string.lower
 
 local LOCATION = "/_sluice/buffered"
@@ -82,33 +82,22 @@ function _M.wanted(ctx)
     return http_version() < 2
 end
 
--- Would model (or route) `name` need the relay for `endpoint` (some version of it
--- converts, or has a fallback and the request is no stream)?
-local function could_need(snap, endpoint, name, doc)
-    local streaming = doc ~= nil and doc.stream == true
-    local function needs(m)
-        return m ~= nil and (not m.pools[endpoint.native]
-                             or (m.fallback ~= nil and not streaming))
-    end
-    local route = snap.routes[name]
-    if not route then
-        return needs(snap.models[name])
-    end
-    for _, list in ipairs({ route.cond, route.split }) do
-        for i = 1, #list do
-            if needs(snap.models[list[i].model]) then
-                return true
-            end
-        end
-    end
-    return false
+-- Would the compiled model `m` need the relay for `req` ({ endpoint, streaming })?
+-- It converts, or has a fallback and the request is no stream.
+local function relayed_for(m, req)
+    return m ~= nil and (not m.pools[req.endpoint.native]
+                         or (m.fallback ~= nil and not req.streaming))
 end
 
 -- Access phase, before anything is counted: an HTTP/2 request that the relay may
 -- have to read first goes to @sluice_h1_loop, to be served again as HTTP/1.1 (a
 -- subrequest cannot serve HTTP/2).
 function _M.loops(snap, endpoint, name, doc)
-    return http_version() >= 2 and could_need(snap, endpoint, name, doc)
+    if http_version() < 2 then
+        return false
+    end
+    local req = { endpoint = endpoint, streaming = doc ~= nil and doc.stream == true }
+    return versions.any(snap, name, relayed_for, req)
 end
 
 -- Access phase: is it a stream converted frame by frame?
