@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
@@ -49,19 +50,28 @@ class _Predict(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def converting(gateway, helpers):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
+@contextmanager
+def backend(handler, name="kv1", protocol="predict"):
+    """A test backend (`handler`) on a free port, served in a thread while the block
+    runs; yields its snapshot entry (id 1)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     port = server.server_address[1]
-    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
-         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-         "base_path": "", "weight": 1}
-    r = gateway.push(helpers.make_snapshot(1, {"conv": (5000, [b])}))
-    assert r.status_code == 200, r.text
-    yield gateway
-    server.shutdown()
-    server.server_close()
+    try:
+        yield {"id": 1, "name": name, "protocol": protocol, "scheme": "http",
+               "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
+               "base_path": "", "weight": 1}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def converting(gateway, helpers):
+    with backend(_Predict) as b:
+        r = gateway.push(helpers.make_snapshot(1, {"conv": (5000, [b])}))
+        assert r.status_code == 200, r.text
+        yield gateway
 
 
 def chat(gw, helpers, answer, stream=False, rid=None):
@@ -129,16 +139,10 @@ def test_backend_5xx_through_the_subrequest_is_the_template_with_its_body_logged
 
 
 def test_backend_504_of_a_relayed_answer_goes_to_the_fallback(gateway, helpers, backends):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    port = server.server_address[1]
-    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
-         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-         "base_path": "", "weight": 1}
-    snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
-                                     "fast": (5000, [backends["openai-a"].entry(2)])})
-    snap["models"]["conv"]["fallback_model"] = "fast"
-    try:
+    with backend(_Predict) as b:
+        snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
+                                         "fast": (5000, [backends["openai-a"].entry(2)])})
+        snap["models"]["conv"]["fallback_model"] = "fast"
         assert gateway.push(snap).status_code == 200
         r = chat(gateway, helpers, "504", rid="conv-fb")
         assert r.status_code == 200, r.text
@@ -150,9 +154,6 @@ def test_backend_504_of_a_relayed_answer_goes_to_the_fallback(gateway, helpers, 
         assert line["error_type"] == ""
         # what the first backend said is kept
         assert line["upstream_error"] == '{"error": "backend broke"}'
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_openai_client_sees_a_server_error(converting, helpers):
@@ -169,21 +170,14 @@ def falling_back(gateway, helpers, backends):
     """`direct` (OpenAI to openai-a, proxied as it comes) and `relayed` (OpenAI to
     predict-a, converted whole) time out on a slow answer and fall back to `conv`
     (the test's KServe v1 backend, converted whole)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predict)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    port = server.server_address[1]
-    b = {"id": 1, "name": "kv1", "protocol": "predict", "scheme": "http",
-         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-         "base_path": "", "weight": 1}
-    snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
-                                     "direct": (300, [backends["openai-a"].entry(2)]),
-                                     "relayed": (300, [backends["predict-a"].entry(3)])})
-    snap["models"]["direct"]["fallback_model"] = "conv"
-    snap["models"]["relayed"]["fallback_model"] = "conv"
-    assert gateway.push(snap).status_code == 200
-    yield gateway
-    server.shutdown()
-    server.server_close()
+    with backend(_Predict) as b:
+        snap = helpers.make_snapshot(1, {"conv": (5000, [b]),
+                                         "direct": (300, [backends["openai-a"].entry(2)]),
+                                         "relayed": (300, [backends["predict-a"].entry(3)])})
+        snap["models"]["direct"]["fallback_model"] = "conv"
+        snap["models"]["relayed"]["fallback_model"] = "conv"
+        assert gateway.push(snap).status_code == 200
+        yield gateway
 
 
 def slow_chat(gw, helpers, model, answer, rid):
@@ -239,16 +233,10 @@ class _Openai504(BaseHTTPRequestHandler):
 def test_backend_504_of_an_unchanged_answer_goes_to_the_fallback(gateway, helpers, backends):
     """OpenAI caller, OpenAI backend (nothing converted): the backend's own 504 still
     falls back, as nginx's own timeout does; a stream of the same model is not held."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Openai504)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    port = server.server_address[1]
-    b = {"id": 1, "name": "slow-openai", "protocol": "openai", "scheme": "http",
-         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-         "base_path": "", "weight": 1}
-    snap = helpers.make_snapshot(1, {"prim": (5000, [b]),
-                                     "fast": (5000, [backends["openai-a"].entry(2)])})
-    snap["models"]["prim"]["fallback_model"] = "fast"
-    try:
+    with backend(_Openai504, "slow-openai", "openai") as b:
+        snap = helpers.make_snapshot(1, {"prim": (5000, [b]),
+                                         "fast": (5000, [backends["openai-a"].entry(2)])})
+        snap["models"]["prim"]["fallback_model"] = "fast"
         assert gateway.push(snap).status_code == 200
         r = requests.post(gateway.url + "/v1/chat/completions", timeout=15,
                           headers={"Authorization": f"Bearer {helpers.KEY}",
@@ -269,6 +257,3 @@ def test_backend_504_of_an_unchanged_answer_goes_to_the_fallback(gateway, helper
         err = helpers.assert_error(r, 504, "timeout")   # the backend's own type
         assert "upstream model timed out" in err["message"]
         assert "X-Sluice-Fallback" not in r.headers
-    finally:
-        server.shutdown()
-        server.server_close()
