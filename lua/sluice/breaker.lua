@@ -90,14 +90,14 @@ function _M.state(id, now)
 end
 
 local function open(id, cfg, why)
-    dict:set("open:" .. id, ngx_now() + cfg.cooldown_s)
+    dict:set(open_key[id], ngx_now() + cfg.cooldown_s)
     dict:delete("probes:" .. id)
     dict:incr("gen", 1, 0)
     ngx_log(WARN, "circuit of backend ", id, " opened: ", why)
 end
 
 local function close(id, bucket_s)
-    dict:delete("open:" .. id)
+    dict:delete(open_key[id])
     dict:delete("probes:" .. id)
     -- forget the errors that opened it, or the next failure would reopen at once
     local b = floor(ngx_now() / bucket_s)

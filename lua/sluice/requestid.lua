@@ -25,17 +25,17 @@ local function hex_byte(c)
     return str_format("%02x", str_byte(c))
 end
 
-local function new_request_id()
-    if not id_prefix then   -- init_worker draws it; this only guards the order
-        id_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
-    end
-    id_seq = id_seq + 1
-    return id_prefix .. str_format("%016x", id_seq)
-end
-
 -- init_worker: a fresh draw per worker (after fork), so no two workers share a prefix.
 function _M.init_worker()
     id_prefix = str_gsub(rand.bytes(8), ".", hex_byte)
+end
+
+local function new_request_id()
+    if not id_prefix then   -- init_worker draws it; this only guards the order
+        _M.init_worker()
+    end
+    id_seq = id_seq + 1
+    return id_prefix .. str_format("%016x", id_seq)
 end
 
 -- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
