@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--annotate", type=int, default=0, metavar="N",
                         help="print each target's N costliest functions")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the callgrind dumps (their folder is printed)")
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     unknown = set(targets) - set(TARGETS)
@@ -192,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "warm": args.warm,
                                          "ir_per_request": figures}, indent=2))
-    shutil.rmtree(top, ignore_errors=True)
+    if args.keep:
+        print("\n# callgrind dumps: " + ", ".join(str(p) for p in dumps.values()))
+    else:
+        shutil.rmtree(top, ignore_errors=True)
     return 0
 
 

@@ -156,9 +156,10 @@ end
 -- no usable backend, so admission does not apply). A backend the controller's
 -- weight push names saturated (its GPUs are full, sluice/weights.lua) takes no more
 -- than it has in flight: its capacity is that count, with or without max_in_flight.
-local function load(pool)
-    balancer.refresh(pool, ngx_now())
-    local sat = weights.saturated()
+-- `moved`: ctx.moved, or nil outside a request's access phase.
+local function load(pool, moved)
+    balancer.refresh(pool, ngx_now(), moved)
+    local sat = weights.saturated(moved)
     local backends, eff = pool.backends, pool.eff
     local cap, busy, full = 0, 0, false
     for i = 1, pool.n do
@@ -218,10 +219,10 @@ function _M.admit(ctx, snap, consumer, model_name, pool)
         return 400, "invalid_request",
                "X-Sluice-Priority must be critical, standard or best_effort"
     end
-    if not pool.capped and not weights.saturated() then
+    if not pool.capped and not weights.saturated(ctx.moved) then
         return
     end
-    local busy, cap = load(pool)
+    local busy, cap = load(pool, ctx.moved)
     if not busy then
         return
     end

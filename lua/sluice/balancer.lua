@@ -45,14 +45,20 @@ metrics.register("sluice_backend_circuit_state", "gauge",
                  { "model", "backend" })
 local CIRCUIT_CODE = { closed = 0, open = 1, half_open = 2 }
 
--- Rebuild pool.eff (effective weights) when something they depend on moved.
-local function refresh(pool, now)
+-- Rebuild pool.eff (effective weights) when something they depend on moved. `m`:
+-- sluice.moved's count read earlier in this request (ctx.moved), or nil: then
+-- the generations are read.
+local function refresh(pool, now, m)
+    if m and m == pool.moved and now < pool.next_refresh then
+        return
+    end
     local wgen, bgen, hgen = weights.gen(), breaker.gen(), health.gen()
     if wgen == pool.w_gen and bgen == pool.b_gen and hgen == pool.h_gen
        and now < pool.next_refresh then
+        pool.moved = m
         return
     end
-    local tbl = weights.current()
+    local tbl = weights.current(m)
     local f = weights.decay_factor()
     local next_refresh = f < 1 and now + 1 or huge   -- decaying: step once a second
     local lapse = health.expires_at()                 -- pushed health states end then
@@ -74,6 +80,7 @@ local function refresh(pool, now)
     end
     pool.usable = usable
     pool.w_gen, pool.b_gen, pool.h_gen, pool.next_refresh = wgen, bgen, hgen, next_refresh
+    pool.moved = m
 end
 _M.refresh = refresh   -- admission.lua reads pool.eff too
 
@@ -109,7 +116,7 @@ end
 -- a circuit may let traffic through (nil when the pool is simply drained).
 function _M.choose(ctx, pool, cfg)
     local now = ngx_now()
-    refresh(pool, now)
+    refresh(pool, now, ctx.moved)
     local idx = pick_healthy(pool, nil, nil, cfg)
     if not idx then
         local soonest

@@ -8,6 +8,8 @@
 -- window/BUCKETS seconds (expiring); "open:<id>" = unix time the cooldown ends;
 -- "probes:<id>" probes taken in this half-open period; "gen" moves on every state
 -- change so workers rebuild their view of a pool only then (and when a cooldown ends).
+local moved = require("sluice.moved")
+
 local ngx = ngx
 local ngx_now = ngx.now
 local ngx_log = ngx.log
@@ -78,9 +80,15 @@ function _M.gen()
     return dict:get("gen") or 0
 end
 
+-- id -> true while this worker last saw the circuit closed (open_until, the
+-- balancer's refresh): a success then needs no look at the circuit (record)
+local seen_closed = {}
+
 -- Unix time the backend's cooldown ends, or nil when closed.
 function _M.open_until(id)
-    return dict:get(open_key[id])
+    local until_ = dict:get(open_key[id])
+    seen_closed[id] = not until_
+    return until_
 end
 
 function _M.state(id, now)
@@ -90,9 +98,11 @@ function _M.state(id, now)
 end
 
 local function open(id, cfg, why)
+    seen_closed[id] = false
     dict:set(open_key[id], ngx_now() + cfg.cooldown_s)
     dict:delete("probes:" .. id)
     dict:incr("gen", 1, 0)
+    moved.bump()
     ngx_log(WARN, "circuit of backend ", id, " opened: ", why)
 end
 
@@ -106,6 +116,7 @@ local function close(id, bucket_s)
         dict:delete("e:" .. id .. ":" .. i)
     end
     dict:incr("gen", 1, 0)
+    moved.bump()
     ngx_log(NOTICE, "circuit of backend ", id, " closed: probe succeeded")
 end
 
@@ -115,9 +126,16 @@ function _M.take_probe(id, cfg)
     return n and n <= cfg.probes
 end
 
--- One finished attempt at backend `id` (string).
+-- One finished attempt at backend `id` (string). A success at a backend this worker
+-- last saw closed is only counted: had the circuit opened since, it was sent before
+-- (counted or not, the window is cleared when the circuit closes).
 function _M.record(id, ok, cfg)
     local now = ngx_now()
+    local bucket_s = cfg.window_s / BUCKETS
+    if ok and seen_closed[id] then
+        dict:incr(n_key(id, floor(now / bucket_s)), 1, 0, cfg.window_s + bucket_s)
+        return
+    end
     local until_ = dict:get(open_key[id])
     if until_ then
         if now >= until_ then   -- a half-open probe's outcome
@@ -129,7 +147,7 @@ function _M.record(id, ok, cfg)
         end
         return   -- otherwise: a request sent before it opened; already counted
     end
-    local bucket_s = cfg.window_s / BUCKETS
+    seen_closed[id] = true
     local b = floor(now / bucket_s)
     local ttl = cfg.window_s + bucket_s
     dict:incr(n_key(id, b), 1, 0, ttl)

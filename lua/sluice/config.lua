@@ -14,6 +14,7 @@ local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
 local same = require("sluice.same").same
+local moved = require("sluice.moved")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -40,9 +41,9 @@ local DEFAULT_CACHE_TTL = 0      -- a snapshot that does not ask for caching get
 
 local _M = {}
 
--- worker-local compiled snapshot, the decoded one it came from, and the dict
--- generation it was built from
-local cached, cached_doc, cached_gen
+-- worker-local compiled snapshot, the decoded one it came from, the dict
+-- generation it was built from, and sluice.moved's count when it was last checked
+local cached, cached_doc, cached_gen, cached_moved
 
 -- Returns true, or nil and a message naming the first bad field (sluice.validate).
 _M.validate = validate.snapshot
@@ -209,24 +210,30 @@ local function compile(s, prev_s, prev)
              model_types = s.model_types or {} }
 end
 
--- The compiled snapshot this worker serves, or nil when there is none.
+-- The compiled snapshot this worker serves, or nil when there is none; and
+-- sluice.moved's count read first (a request hands it to the other caches: ctx.moved).
 function _M.get()
+    local m = moved.read()
+    if m == cached_moved then
+        return cached, m
+    end
     local gen = dict:get("gen")
     if gen == nil then
-        return nil
+        return nil, m
     end
     if gen == cached_gen then
-        return cached
+        cached_moved = m
+        return cached, m
     end
     local raw = dict:get("raw")
     local s, err = cjson.decode(raw or "")
     if not s then
         ngx_log(ERR, "failed to decode stored snapshot: ", err, "; keeping the previous one")
-        return cached
+        return cached, m
     end
     cached = compile(s, cached_doc, cached)
-    cached_doc, cached_gen = s, gen
-    return cached
+    cached_doc, cached_gen, cached_moved = s, gen, m
+    return cached, m
 end
 
 -- What GET /internal/snapshot answers.
@@ -276,6 +283,7 @@ local function store(raw, version, source)
     dict:set("loaded_at", ngx_now())
     dict:set("source", source)
     dict:incr("gen", 1, 0)
+    moved.bump()
     return true
 end
 

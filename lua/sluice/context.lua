@@ -13,11 +13,14 @@
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
 --  ref                context       registry number of this table ($sluice_ctx_ref)
+--  uri                endpoints     $uri as access found it (the log line's "path")
 --  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
 --                                   which proxy_set_header and the log line read)
 --  attributes         steps         what routing conditions test (auth's consumer
 --                                   attributes, JWT claims over them)
 --  consumer           steps         the authenticated consumer (snapshot table)
+--  moved              steps         sluice.moved's count config.get read for this pass
+--                                   (the weight and circuit caches check it)
 --  model_name         steps         the model asked for, then the one a route chose
 --                                   (the metrics' and the log line's "model")
 --  model              steps         the chosen model (snapshot table); fallback: its
@@ -61,6 +64,7 @@
 --  fallback           fallback      the fallback taken
 --  error_type         errors        the error template's type (log line)
 --  upstream_auth      steps         $sluice_upstream_auth holds a backend's credential
+--  upstream_tls       upstream_tls  $sluice_upstream_tls is set (the backend is https)
 --  job_id             jobs          the job a worker's request runs (never made async again)
 --  relay_vars         relay         proxying variables for the subrequest of a
 --                                   converted answer (sluice.relay)
@@ -80,8 +84,8 @@
 --                                   this pass's filters and log stand aside
 --  relay_status       phases        the subrequest's status before its filters
 --
--- Per pass: `conv`, `cache`, `tried`, `tries` describe one trip to a backend; a
--- restored context starts a new pass without them (restore() clears them).
+-- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a
+-- backend; a restored context starts a new pass without them (restore() clears them).
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
@@ -130,7 +134,7 @@ function _M.restore()
     if not saved then
         return ctx
     end
-    saved.conv, saved.cache, saved.tried, saved.tries = nil, nil, nil, nil
+    saved.conv, saved.cache, saved.tried, saved.tries, saved.moved = nil, nil, nil, nil, nil
     ngx.ctx = saved
     return saved
 end

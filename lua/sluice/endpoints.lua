@@ -45,9 +45,11 @@ local BY_PATTERN = {
 }
 
 -- Which endpoint a request is for. Returns endpoint, model-from-path (or nil);
--- or nil, status, type, message. (`uri` is percent-decoded and normalised by nginx.)
-function _M.match()
+-- or nil, status, type, message. (`uri` is percent-decoded and normalised by nginx;
+-- kept in ctx.uri for the log line.)
+function _M.match(ctx)
     local uri = ngx_var.uri
+    ctx.uri = uri
     local endpoint, model = BY_PATH[uri], nil
     if not endpoint then
         for i = 1, #BY_PATTERN do

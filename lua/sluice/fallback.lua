@@ -85,7 +85,7 @@ function _M.route(ctx)
     if not model then
         return nil, "is not served"
     end
-    local endpoint = endpoints.match()
+    local endpoint = endpoints.match(ctx)
     local doc = cjson.decode(ctx.fallback_body or "")
     if not endpoint or type(doc) ~= "table" then
         return nil, "cannot take this request"

@@ -11,6 +11,7 @@
 -- lapse `ttl_s` seconds after the push (a controller that stopped probing must not
 -- keep a backend out forever).
 local cjson = require("cjson.safe")
+local moved = require("sluice.moved")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
@@ -86,6 +87,7 @@ function _M.push(raw)
     dict:set("version", t.version)
     dict:set("expires_at", ngx_now() + (t.ttl_s or DEFAULT_TTL))
     dict:incr("gen", 1, 0)
+    moved.bump()
     return t.version
 end
 

@@ -17,7 +17,8 @@
 -- and when the worker exits. GET /metrics (render) first asks every worker to flush
 -- (a generation number in the dict, polled every POLL seconds) and waits, at most
 -- SYNC_WAIT, until each has: a scrape sees every request answered before it.
--- Gauges (set) go straight to the dict.
+-- Gauges (set) go straight to the dict. Other per-worker buffers (sluice.stats)
+-- ride on the same timer and scrape requests (on_flush, sync).
 local ngx = ngx
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -199,6 +200,7 @@ local last_full_log = 0
 -- this worker's counts not yet in the dict: key -> amount
 local pending = {}
 local has_pending = false
+local flushers = {}   -- other buffers' flush functions (on_flush)
 
 local function add(key, value)
     local v = pending[key]
@@ -208,6 +210,9 @@ end
 
 -- Add this worker's buffer into the shared dict.
 local function flush()
+    for i = 1, #flushers do
+        flushers[i]()
+    end
     if not has_pending then
         return
     end
@@ -225,6 +230,12 @@ local function flush()
     clear_tab(pending)
 end
 _M.flush = flush
+
+-- Module load time: `fn` runs with every flush of this worker's buffer (timer,
+-- worker exit, a scrape's sync).
+function _M.on_flush(fn)
+    flushers[#flushers + 1] = fn
+end
 
 -- init_worker: the flush timer. Every POLL seconds it looks whether a scrape asked
 -- for a flush; it flushes then, every FLUSH_EVERY seconds, and when the worker exits.
@@ -279,6 +290,7 @@ local function sync()
         ngx.sleep(POLL / 2)
     end
 end
+_M.sync = sync
 
 -- Add `value` (default 1) to a counter.
 function _M.inc(name, value, a, b, c, d)

@@ -104,7 +104,7 @@ function _M.log(ctx, upstream_times)
         up_ms = floor(up * 1000 + 0.5)
     end
     ngx_var.sluice_log_line = accesslog.line(
-        ctx, now, get_method(), ngx_var.uri, status, ngx_var.bytes_sent, who,
+        ctx, now, get_method(), ctx.uri or ngx_var.uri, status, ngx_var.bytes_sent, who,
         consumer and plan, model, backend, floor(total * 1000 + 0.5), up_ms)
 end
 

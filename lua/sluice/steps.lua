@@ -54,7 +54,7 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     end
     ngx_var.sluice_upstream_uri = backend.base_path .. path
     -- a backend of another trust set: ngx.exec, unless the answer is relayed
-    upstream_tls.forward(backend, relay.wanted(ctx))
+    upstream_tls.forward(ctx, backend, relay.wanted(ctx))
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
@@ -74,7 +74,7 @@ end
 -- content type and body of an answer made here (catalog, cache hit); or "loop": an
 -- HTTP/2 request to serve again as HTTP/1.1 (sluice.relay.loops).
 function _M.admit(ctx)
-    local endpoint, path_model, err_type, msg, allow = endpoints.match()
+    local endpoint, path_model, err_type, msg, allow = endpoints.match(ctx)
     if not endpoint then
         local status = path_model   -- on failure: nil, status, type, message[, allow]
         if status == 405 then
@@ -83,7 +83,8 @@ function _M.admit(ctx)
         return status, err_type, msg
     end
 
-    local snap = config.get()
+    local snap, moved = config.get()
+    ctx.moved = moved
     if not snap then
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }

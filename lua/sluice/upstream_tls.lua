@@ -36,8 +36,9 @@ local tostring = tostring
 local type = type
 local pairs = pairs
 
-local PLAIN = "http://sluice_backend"
-local TLS = "https://sluice_backend_tls"
+-- $sluice_upstream_tls: "" (unset) for a plain backend, "1" for https; nginx.conf's
+-- map turns it into $sluice_upstream_base (the scheme and upstream block)
+local TLS = "1"
 local LOCATION_PREFIX = "@sluice_tls_"
 local BUFFERED_PREFIX = "/_sluice/buffered_tls/"
 local TRUST_INDEX = "conf/backend_tls.trust"   -- one trust id per line (gateway.py)
@@ -108,14 +109,20 @@ end
 
 -- Access phase (after the upstream variables): TLS variables of backend `b`, and
 -- on to its trust location when that is not this one, unless the answer is
--- `relayed` (its subrequest goes to b.tls.buffered). Sets ngx.var, may not return.
-function _M.forward(b, relayed)
+-- `relayed` (its subrequest goes to b.tls.buffered). Sets ngx.var (and
+-- ctx.upstream_tls: $sluice_upstream_tls is set), may not return.
+function _M.forward(ctx, b, relayed)
     local t = b.tls
     if not t then
-        ngx_var.sluice_upstream_base = PLAIN
+        -- unset reads "": plain; written only to clear an earlier pass's (fallback)
+        if ctx.upstream_tls then
+            ngx_var.sluice_upstream_tls = ""
+            ctx.upstream_tls = false
+        end
         return
     end
-    ngx_var.sluice_upstream_base = TLS
+    ngx_var.sluice_upstream_tls = TLS
+    ctx.upstream_tls = true
     ngx_var.sluice_tls_name = t.name
     if t.cert ~= "" then
         ngx_var.sluice_tls_cert = t.cert
@@ -182,7 +189,7 @@ local function newest_line(pid, conn)
 end
 
 function _M.handshake_failure()
-    if ngx_var.sluice_upstream_base ~= TLS then
+    if ngx_var.sluice_upstream_tls ~= TLS then
         return nil
     end
     local line = newest_line(ngx_worker_pid(), ngx_var.connection)

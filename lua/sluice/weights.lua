@@ -14,6 +14,7 @@
 -- them than they have in flight, so their pool queues; the names count only while
 -- the table is fresh (not after HOLD), never from a table that stopped arriving.
 local cjson = require("cjson.safe")
+local moved = require("sluice.moved")
 
 local ngx = ngx
 local ngx_now = ngx.now
@@ -90,13 +91,21 @@ function _M.push(raw)
     dict:set("decay", t.decay_s or DECAY)
     dict:set("received_at", ngx_now())
     dict:incr("gen", 1, 0)
+    moved.bump()
     return t.version
 end
 
 local cached_saturated = {}   -- set of backend ids, from the same push
+local cached_moved            -- sluice.moved's count when the generation was last read
 
-local function current()
+-- `m`: sluice.moved's count read earlier in this request, or nil (the generation is
+-- read then).
+local function current(m)
+    if m and m == cached_moved then
+        return cached, cached_gen
+    end
     local gen = dict:get("gen") or 0
+    cached_moved = m
     if gen ~= cached_gen then
         local t = cjson.decode(dict:get("raw") or "")
         cached = (t and t.weights) or {}
@@ -158,9 +167,9 @@ function _M.saturated_ids()
 end
 
 -- The backends the last push says are saturated (a set of ids), while it is fresh;
--- nil when none are.
-function _M.saturated()
-    current()
+-- nil when none are. `m`: as for current().
+function _M.saturated(m)
+    current(m)
     if next(cached_saturated) == nil or _M.decay_factor() > 0 then
         return nil
     end
