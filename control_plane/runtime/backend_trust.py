@@ -35,7 +35,7 @@ location @sluice_tls_{name} {{
     rewrite_by_lua_block {{ require("sluice.phases").tls_resume() }}
     body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
 {verify}{client}
-    proxy_pass $sluice_upstream_base$sluice_upstream_uri;
+    proxy_pass $sluice_upstream_base$sluice_upstream_uri$is_args$args;
 }}
 location = /_sluice/buffered_tls/{name} {{
     internal;
@@ -43,7 +43,7 @@ location = /_sluice/buffered_tls/{name} {{
     rewrite_by_lua_block {{ require("sluice.phases").buffered() }}
     body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
 {verify}{client}
-    proxy_pass $sluice_upstream_base$sluice_upstream_uri;
+    proxy_pass $sluice_upstream_base$sluice_upstream_uri$is_args$args;
 }}
 """
 # nginx 1.22 refuses an empty "data:" certificate, so a client pair is a location of

@@ -118,8 +118,9 @@ function _M.fetch(ctx)
     -- the chosen backend's own trust location, or location /'s twin
     local tls = ctx.pool.backends[ctx.backend_index].tls
     local uri = tls and tls.buffered or LOCATION
+    -- the caller's query string, which proxy_pass appends ($is_args$args)
     local res = capture(uri, { method = HTTP_POST, always_forward_body = true,
-                               ctx = ctx })
+                               args = ngx_var.args, ctx = ctx })
     ctx.relayed = true
     return res
 end

@@ -38,10 +38,6 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     if not path then
         return status, err_type, msg
     end
-    local args = ngx_var.args
-    if args and args ~= "" then
-        path = path .. "?" .. args
-    end
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path and credentials, so the URI and Authorization still fit.
     ngx_var.sluice_upstream_host = backend.host_header

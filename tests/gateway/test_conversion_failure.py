@@ -43,6 +43,7 @@ class _Predict(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(out)))
         self.send_header("X-Backend-Note", kind)
+        self.send_header("X-Backend-Path", self.path)
         self.end_headers()
         self.wfile.write(out)
 
@@ -93,6 +94,17 @@ def test_good_answer_is_converted_with_its_status_and_headers(converting, helper
                                if l["request_id"] == "conv-good"], 10)[0]
     assert line["status"] == "200" and line["backend"] == "kv1"
     assert line["upstream_ms"] != ""          # the subrequest's upstream time is logged
+
+
+def test_the_query_string_reaches_the_backend_through_the_subrequest(converting, helpers):
+    # proxy_pass appends $is_args$args; the subrequest gets the caller's args
+    r = requests.post(converting.url + "/v1/chat/completions?trace=1&x=%20y", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      json={"model": "conv", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Backend-Path"] == "/v1/models/conv/predict?trace=1&x=%20y"
+    r = chat(converting, helpers, "good")
+    assert r.headers["X-Backend-Path"] == "/v1/models/conv/predict"
 
 
 @pytest.mark.parametrize("answer, reason", [
