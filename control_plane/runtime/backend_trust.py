@@ -32,16 +32,16 @@ ALWAYS = ("system", "noverify")
 _LOCATION = """\
 location @sluice_tls_{name} {{
     recursive_error_pages on;
-    rewrite_by_lua_block {{ require("sluice.phases").tls_resume() }}
-    body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
+    rewrite_by_lua_block {{ package.loaded["sluice.phases"].tls_resume() }}
+    body_filter_by_lua_block {{ package.loaded["sluice.phases"].body_filter() }}
 {verify}{client}
     proxy_pass $sluice_upstream_base$sluice_upstream_uri$is_args$args;
 }}
 location = /_sluice/buffered_tls/{name} {{
     internal;
     recursive_error_pages on;
-    rewrite_by_lua_block {{ require("sluice.phases").buffered() }}
-    body_filter_by_lua_block {{ require("sluice.phases").body_filter() }}
+    rewrite_by_lua_block {{ package.loaded["sluice.phases"].buffered() }}
+    body_filter_by_lua_block {{ package.loaded["sluice.phases"].body_filter() }}
 {verify}{client}
     proxy_pass $sluice_upstream_base$sluice_upstream_uri$is_args$args;
 }}
