@@ -14,6 +14,7 @@ local health = require("sluice.health")
 local swrr = require("sluice.swrr")
 local stats = require("sluice.stats")
 local metrics = require("sluice.metrics")
+local ms_of = require("sluice.nginx_time").ms
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -244,8 +245,8 @@ function _M.log(tried, statuses, times, cfg)
         local status = tonumber(item(statuses, n) or "")
         if status then
             local ok = status < 500
-            local secs = times and tonumber(item(times, n) or "")
-            stats.record(id, ok, secs and secs * 1000)
+            local ms = times and ms_of(item(times, n) or "")
+            stats.record(id, ok, ms)
             breaker.record(id, ok, cfg)
         end
     end

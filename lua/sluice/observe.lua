@@ -7,13 +7,13 @@
 -- the line names the consumer, not its credentials.
 local metrics = require("sluice.metrics")
 local accesslog = require("sluice.accesslog")
+local ms_of = require("sluice.nginx_time").ms
 
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_now = ngx.now
 local req_start_time = ngx.req.start_time
 local get_method = ngx.req.get_method
-local tonumber = tonumber
 local tostring = tostring
 local type = type
 local floor = math.floor
@@ -53,17 +53,17 @@ function _M.retried(ctx)
 end
 
 -- `t`: $upstream_response_time: "0.012", "0.001, 0.011" after a retry, "-" parts for
--- attempts that got nothing, nil when no backend was tried. Seconds, summed.
-local function upstream_seconds(t)
+-- attempts that got nothing, nil when no backend was tried. Milliseconds, summed.
+local function upstream_ms(t)
     if not t then
         return nil
     end
     if not str_find(t, ",", 1, true) then
-        return tonumber(t)
+        return ms_of(t)
     end
     local sum
     for part in gmatch(t, "[%d.]+") do
-        sum = (sum or 0) + (tonumber(part) or 0)
+        sum = (sum or 0) + (ms_of(part) or 0)
     end
     return sum
 end
@@ -88,7 +88,8 @@ function _M.log(ctx, upstream_times)
 
     -- ngx.now() is the cached time of this event-loop turn while nginx measures the
     -- upstream time afresh: the total can read a little short, never below upstream.
-    local up = upstream_seconds(upstream_times)
+    local up_ms = upstream_ms(upstream_times)
+    local up = up_ms and up_ms / 1000
     local now = ngx_now()
     local total = now - req_start_time()
     if up and total < up then
@@ -97,11 +98,10 @@ function _M.log(ctx, upstream_times)
         total = 0
     end
     metrics.observe("sluice_request_duration_seconds", total, model, backend)
-    local up_ms
     if up then
         metrics.observe("sluice_upstream_duration_seconds", up, model, backend)
         metrics.inc("sluice_upstream_duration_seconds_squared_total", up * up, model, backend)
-        up_ms = floor(up * 1000 + 0.5)
+        up_ms = floor(up_ms + 0.5)
     end
     ngx_var.sluice_log_line = accesslog.line(
         ctx, now, get_method(), ctx.uri or ngx_var.uri, status, ngx_var.bytes_sent, who,

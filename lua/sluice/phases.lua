@@ -152,7 +152,7 @@ local function send_relayed(ctx)
 end
 
 function _M.access()
-    local ctx = ngx.ctx
+    local ctx = context.new()
     context.stash(ctx)
     requestid.take(ctx)
     trace.start(ctx)
