@@ -199,12 +199,9 @@ function _M.balancer()
     end
 end
 
+-- (X-Request-Id: nginx's add_header, in nginx.conf.tmpl)
 function _M.header_filter()
     local ctx = ngx.ctx
-    local id = ctx.request_id
-    if id then
-        ngx_header["X-Request-Id"] = id
-    end
     if (ctx.relayed and not ngx.is_subrequest) or ctx.looped then
         return   -- the subrequest's filters, or the HTTP/1.1 pass, made this answer
     end
