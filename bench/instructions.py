@@ -16,14 +16,21 @@ CPU-time ratios of bench/gateway.py.
 
 Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), sluice, policy
 (bench/gateway.py describes them). `--annotate N` prints each target's N costliest
-functions (callgrind_annotate). Needs valgrind (scripts/setup.sh installs it).
-Prints figures and ratios; never a CI gate.
+functions (callgrind_annotate), exclusive of their callees; `--keep` keeps the
+callgrind files for callgrind_annotate's other views. Needs valgrind
+(scripts/setup.sh installs it). Prints figures and ratios; never a CI gate.
+
+Debian's LuaJIT is stripped, so its share shows as bare addresses. `--luajit DIR`
+runs the targets with DIR first in LD_LIBRARY_PATH: a libluajit-5.1.so.2 with
+symbols, built from the same release (OpenResty's luajit2 v2.1-20230119, `make
+CCDEBUG=-g`; bench/README.md), names them (lj_str_new, lj_tab_resize, the GC, ...).
 """
 from __future__ import annotations
 
 import argparse
 import http.client
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -115,9 +122,12 @@ def under_callgrind() -> None:
 
 
 def annotate(dump: Path, top: int) -> str:
-    res = subprocess.run(["callgrind_annotate", "--threshold=99", dump],
+    res = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no", dump],
                          capture_output=True, text=True)
-    rows = [line for line in res.stdout.splitlines() if re.match(r"\s*[\d,]+ \(", line)]
+    # the process's entry frames (main, libc's start) carry the total, not a cost
+    entry = re.compile(r"PROGRAM TOTALS|libc-start|below main|:main |ld-linux")
+    rows = [line for line in res.stdout.splitlines()
+            if re.match(r"\s*[\d,]+ \(", line) and not entry.search(line)]
     return "\n".join(rows[:top])
 
 
@@ -131,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true",
                         help="keep the callgrind dumps (their folder is printed)")
+    parser.add_argument("--luajit", type=Path, metavar="DIR",
+                        help="a folder with a libluajit-5.1.so.2 built with symbols")
     args = parser.parse_args(argv)
+    if args.luajit:
+        lib = args.luajit.resolve()
+        if not (lib / "libluajit-5.1.so.2").exists():
+            parser.error(f"{lib} has no libluajit-5.1.so.2")
+        # inherited by every nginx started below (spawn keeps the environment)
+        os.environ["LD_LIBRARY_PATH"] = f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}"
     targets = [t for t in args.targets.split(",") if t]
     unknown = set(targets) - set(TARGETS)
     if unknown or not targets:
