@@ -119,4 +119,51 @@ function T.many_generated_answers()
     assert(n == 189 and accepted > 0, n .. " answers, " .. accepted .. " scanned")
 end
 
+-- Generated usage objects (whitespace, member order, other members, values plain
+-- or not): whenever the scan answers, its counts are the decode's; and it answers
+-- every flat one whose counts are plain integers.
+function T.generated_objects_agree_with_the_decode()
+    math.randomseed(13)
+    local SPACES = { "", " ", "  ", "\n", "\t", "\r\n " }
+    local PLAIN = { "0", "7", "12", "4096", "123456789" }
+    local ODD = { "5.0", "1e3", "-2", "007", "null", '"3"', "true" }
+    local function ws() return SPACES[math.random(#SPACES)] end
+    local answered = 0
+    for _ = 1, 3000 do
+        local members, plain = {}, true
+        for _, k in ipairs(COUNTS) do
+            if math.random(5) > 1 then
+                local v = PLAIN[math.random(#PLAIN)]
+                if math.random(8) == 1 then
+                    v, plain = ODD[math.random(#ODD)], false
+                end
+                members[#members + 1] = '"' .. k .. '"' .. ws() .. ":" .. ws() .. v
+            end
+        end
+        if math.random(3) == 1 then
+            members[#members + 1] = '"note"' .. ws() .. ":" .. ws() .. '"a, b: c"'
+        end
+        for i = #members, 2, -1 do
+            local j = math.random(i)
+            members[i], members[j] = members[j], members[i]
+        end
+        local parts = {}
+        for i, m in ipairs(members) do
+            parts[i] = ws() .. m .. ws()
+        end
+        local body = '{"id":"x","usage"' .. ws() .. ":" .. ws() .. "{"
+            .. table.concat(parts, ",") .. "}" .. ws() .. "}"
+        local doc = cjson.decode(body)
+        assert(doc, body)
+        local got = same_as_decode(body)
+        local u = doc.usage
+        local enough = u.total_tokens ~= nil or (u.prompt_tokens ~= nil and u.completion_tokens ~= nil)
+        if plain and enough then
+            assert(got, "declined a flat object: " .. body)
+        end
+        if got then answered = answered + 1 end
+    end
+    assert(answered > 1000, "answered only " .. answered)
+end
+
 return T
