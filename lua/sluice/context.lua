@@ -13,6 +13,8 @@
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
 --  ref                context       registry number of this table ($sluice_ctx_ref)
+--  rare_headers       headers       the request carries X-Request-Id, traceparent, Prefer
+--                                   or X-Sluice-Worker-Token (sluice/headers.lua)
 --  uri                endpoints     $uri as access found it (the log line's "path")
 --  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
 --                                   which proxy_set_header and the log line read)

@@ -14,6 +14,7 @@
 -- stand for the caller's key there, so every policy applies when the job runs.
 local auth = require("sluice.auth")
 local internal = require("sluice.internal")
+local headers = require("sluice.headers")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -64,10 +65,10 @@ function _M.endpoint(uri, method)
 end
 
 -- auth.authenticate(), or the worker's request on a consumer's behalf. Sets
--- ngx.ctx.job_id (its one writer) on a worker's request (such a request is never made async again).
-function _M.authenticate(snap)
-    local given = ngx_var.http_x_sluice_worker_token
-    if not given then
+-- ctx.job_id (its one writer) on a worker's request (such a request is never made async again).
+function _M.authenticate(snap, ctx)
+    local given = headers.rare(ctx) and ngx_var.http_x_sluice_worker_token
+    if not given or given == "" then
         return auth.authenticate(snap)
     end
     -- never forwarded to a backend, whatever happens next
@@ -80,7 +81,7 @@ function _M.authenticate(snap)
     if not consumer then
         return nil, 403, "forbidden", "the job's consumer no longer exists"
     end
-    ngx.ctx.job_id = ngx_var.http_x_sluice_job_id or "?"
+    ctx.job_id = ngx_var.http_x_sluice_job_id or "?"
     return consumer, consumer.attributes
 end
 
@@ -126,9 +127,9 @@ function _M.serve(snap, consumer)
 end
 
 -- Did the caller ask for an async answer (and is this not a worker running a job)?
-function _M.wanted()
-    local prefer = ngx_var.http_prefer
-    if not prefer or ngx.ctx.job_id then
+function _M.wanted(ctx)
+    local prefer = headers.rare(ctx) and ngx_var.http_prefer
+    if not prefer or ctx.job_id then
         return false
     end
     if type(prefer) == "table" then   -- several Prefer headers

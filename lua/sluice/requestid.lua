@@ -2,6 +2,7 @@
 -- made here (ctx.request_id and $sluice_request_id, which proxy_set_header and the
 -- log line read).
 local rand = require("openssl.rand")
+local headers = require("sluice.headers")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -45,7 +46,7 @@ function _M.take(ctx)
     if id then
         return id
     end
-    id = ngx_var.http_x_request_id
+    id = headers.rare(ctx) and ngx_var.http_x_request_id
     if not id or not re_find(id, REQUEST_ID, "jo") then
         id = new_request_id()
     end

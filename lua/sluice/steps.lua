@@ -88,7 +88,7 @@ function _M.admit(ctx)
 
     -- on success: consumer, attributes; on failure: nil, status, type, message
     local consumer, status
-    consumer, status, err_type, msg = jobs.authenticate(snap)   -- or a job's worker
+    consumer, status, err_type, msg = jobs.authenticate(snap, ctx)   -- or a job's worker
     if not consumer then
         return status, err_type, msg
     end
@@ -126,7 +126,7 @@ function _M.admit(ctx)
     if status then
         return status, err_type, msg, extra
     end
-    if jobs.wanted() then   -- Prefer: respond-async: stored and queued as a job
+    if jobs.wanted(ctx) then   -- Prefer: respond-async: stored and queued as a job
         return jobs.submit(snap, consumer, model_name)
     end
 

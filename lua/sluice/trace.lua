@@ -10,6 +10,7 @@
 -- digits of the worker and 8 of the sequence. Unique, not secret (a trace id is no
 -- credential), and one string.format each.
 local rand = require("openssl.rand")
+local headers = require("sluice.headers")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -80,7 +81,7 @@ function _M.start(ctx)
     if ctx.trace_id then
         return
     end
-    local trace_id, parent, flags = _M.parse(ngx_var.http_traceparent)
+    local trace_id, parent, flags = _M.parse(headers.rare(ctx) and ngx_var.http_traceparent)
     local new_trace, span = next_ids()
     if not trace_id then
         trace_id, flags = new_trace, "01"
