@@ -116,24 +116,17 @@ local registry = {}   -- ref -> ctx, per worker
 local last_ref = 0
 
 -- Access phase of the public location, first thing: the request's context, made
--- with room for its fields (sets ngx.ctx; nothing has written it yet).
+-- with room for its fields and findable after a redirect (sets ngx.ctx, ctx.ref and
+-- $sluice_ctx_ref; nothing has written the context yet).
 function _M.new()
     local ctx = new_tab(0, FIELDS)
     ngx.ctx = ctx
-    return ctx
-end
-
--- Access phase, first thing: make this request's context findable after a redirect
--- (sets ctx.ref and $sluice_ctx_ref).
-function _M.stash(ctx)
-    if ctx.ref then
-        return
-    end
     local ref = last_ref + 1
     last_ref = ref
     registry[ref] = ctx
     ctx.ref = ref
     ngx_var.sluice_ctx_ref = ref
+    return ctx
 end
 
 -- After an internal redirect (error page, fallback location): the request's context,

@@ -153,7 +153,6 @@ end
 
 function _M.access()
     local ctx = context.new()
-    context.stash(ctx)
     requestid.take(ctx)
     trace.start(ctx)
     local status, err_type, msg, extra = steps.admit(ctx)

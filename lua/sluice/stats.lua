@@ -79,14 +79,15 @@ end
 metrics.on_flush(flush)
 
 function _M.backend(id)
+    local k = keys[id]
     local lat = setmetatable({}, EMPTY_ARRAY_MT)
     for slot = 0, LAST - 1 do
-        local v = dict:get("lat:" .. id .. ":" .. slot)
+        local v = dict:get(k[slot])
         if v then lat[#lat + 1] = v end
     end
     return {
-        successes = dict:get("ok:" .. id) or 0,
-        failures = dict:get("fail:" .. id) or 0,
+        successes = dict:get(k.ok) or 0,
+        failures = dict:get(k.fail) or 0,
         latency_ms = lat,
     }
 end

@@ -129,7 +129,7 @@ function _M.forward(ctx, b, relayed)
         ngx_var.sluice_tls_key = t.key
     end
     if t.location and not relayed then
-        -- the context is already in the registry (context.stash, first in access)
+        -- the context is already in the registry (context.new, first in access)
         return ngx_exec(t.location)
     end
 end
