@@ -1,12 +1,12 @@
 """Backend failures as the caller sees them, retries, and the static-weight split."""
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+
+from backend_http import Backend, entry, served
 
 
 def _serve(gateway, helpers, models):
@@ -105,42 +105,27 @@ def test_weighted_split_follows_static_weights(gateway, helpers, backends):
     assert 0.65 <= share_b <= 0.85, seen
 
 
-class _Capture(BaseHTTPRequestHandler):
+class _Capture(Backend):
     """A throwaway backend that answers 200 and records what it was sent."""
 
-    protocol_version = "HTTP/1.1"
     seen: list = []
 
     def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.read_body()
         type(self).seen.append((self.path, dict(self.headers), body))
-        out = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+        self.answer(200, b'{"ok": true}')
 
 
 @pytest.fixture
 def capture():
     _Capture.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with served(_Capture) as port:
+        yield port
 
 
 def test_what_the_backend_receives(gateway, helpers, capture):
-    port = capture.server_address[1]
-    b = {"id": 1, "name": "cap", "protocol": "predict", "scheme": "http", "host": "127.0.0.1",
-         "port": port, "host_header": "model.internal:8000", "base_path": "/serve",
-         "weight": 1}
+    b = entry(1, "cap", "predict", capture, host_header="model.internal:8000",
+              base_path="/serve")
     _serve(gateway, helpers, {"p": (2000, [b])})
     body = b'{"input": "caf\xc3\xa9"}'
     r = requests.post(gateway.url + "/v1/models/p/predict?trace=1&x=%20y", data=body,

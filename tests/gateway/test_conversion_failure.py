@@ -5,26 +5,23 @@ headers, and the log line still has its backend and upstream time."""
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
 import requests
 
+from backend_http import Backend, entry, served
 from gateway_readings import access_lines
 from waiting import eventually
 
 
-class _Predict(BaseHTTPRequestHandler):
+class _Predict(Backend):
     """A KServe v1 backend whose answer the test chooses (X-Answer: good | junk |
     empty | html | 404)."""
 
-    protocol_version = "HTTP/1.1"
-
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        body = json.loads(self.read_body())
         kind = self.headers.get("X-Answer", "good")
         status, ctype = 200, "application/json"
         if kind == "good":
@@ -39,32 +36,15 @@ class _Predict(BaseHTTPRequestHandler):
             status, out = int(kind), b'{"error": "backend broke"}'
         else:
             status, out = 404, b'{"error": "no such model here"}'
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(out)))
-        self.send_header("X-Backend-Note", kind)
-        self.send_header("X-Backend-Path", self.path)
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+        self.answer(status, out, ctype, {"X-Backend-Note": kind, "X-Backend-Path": self.path})
 
 
 @contextmanager
 def backend(handler, name="kv1", protocol="predict"):
     """A test backend (`handler`) on a free port, served in a thread while the block
     runs; yields its snapshot entry (id 1)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    port = server.server_address[1]
-    try:
-        yield {"id": 1, "name": name, "protocol": protocol, "scheme": "http",
-               "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-               "base_path": "", "weight": 1}
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(handler) as port:
+        yield entry(1, name, protocol, port)
 
 
 @pytest.fixture
@@ -224,22 +204,12 @@ def test_unconvertible_200_of_a_fallback_is_a_real_502(falling_back, helpers, fi
     assert stats["1"]["successes"] == 2 and stats["1"]["failures"] == 0
 
 
-class _Openai504(BaseHTTPRequestHandler):
+class _Openai504(Backend):
     """An OpenAI backend that answers every chat with its own 504 and a JSON body."""
 
-    protocol_version = "HTTP/1.1"
-
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        out = b'{"error": {"message": "upstream model timed out", "type": "timeout"}}'
-        self.send_response(504)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+        self.read_body()
+        self.answer(504, b'{"error": {"message": "upstream model timed out", "type": "timeout"}}')
 
 
 def test_backend_504_of_an_unchanged_answer_goes_to_the_fallback(gateway, helpers, backends):

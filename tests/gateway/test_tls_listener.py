@@ -15,7 +15,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openai
@@ -26,6 +25,7 @@ from control_plane.runtime import procs
 from control_plane.runtime.certs import CertAuthority
 from control_plane.runtime.gateway import Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
+from backend_http import Backend, entry, served
 from gateway_readings import access_lines
 from waiting import eventually
 
@@ -189,51 +189,31 @@ def test_converted_answer_over_http2(tls_gw, helpers, ca_file):
     assert json.loads(answer)["choices"][0]["message"]["content"] == "v2: " + TEXT
 
 
-class _Odd(BaseHTTPRequestHandler):
+class _Odd(Backend):
     """A backend for the HTTP/2 relay tests: as KServe v1 (predict) a 200 whose body
     cannot be converted; as OpenAI its own 504."""
 
-    protocol_version = "HTTP/1.1"
-
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.read_body()
         if self.path.endswith(":predict") or "/predict" in self.path:
-            status, out = 200, b'{"unexpected": true}'
+            self.answer(200, b'{"unexpected": true}')
         else:
-            status, out = 504, b'{"error": {"message": "model timed out", "type": "timeout"}}'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+            self.answer(504, b'{"error": {"message": "model timed out", "type": "timeout"}}')
 
 
 @pytest.fixture
 def odd_gw(gateway_factory, prefix, pki, helpers, protocol_backends):
     """A TLS gateway with `junk` (predict backend answering an unconvertible 200) and
     `slow` (OpenAI backend answering its own 504, fallback chat-demo)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    port = server.server_address[1]
-
-    def entry(bid, protocol):
-        return {"id": bid, "name": f"odd-{protocol}", "protocol": protocol, "scheme": "http",
-                "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-                "base_path": "", "weight": 1}
-
-    gw = gateway_factory(tls_config(prefix, pki))
-    snap = helpers.make_snapshot(1, {
-        "chat-demo": (5000, [protocol_backends["openai"].entry(1)]),
-        "junk": (5000, [entry(2, "predict")]),
-        "slow": (5000, [entry(3, "openai")])})
-    snap["models"]["slow"]["fallback_model"] = "chat-demo"
-    assert gw.push(snap).status_code == 200
-    yield gw
-    server.shutdown()
-    server.server_close()
+    with served(_Odd) as port:
+        gw = gateway_factory(tls_config(prefix, pki))
+        snap = helpers.make_snapshot(1, {
+            "chat-demo": (5000, [protocol_backends["openai"].entry(1)]),
+            "junk": (5000, [entry(2, "odd-predict", "predict", port)]),
+            "slow": (5000, [entry(3, "odd-openai", "openai", port)])})
+        snap["models"]["slow"]["fallback_model"] = "chat-demo"
+        assert gw.push(snap).status_code == 200
+        yield gw
 
 
 def h2_chat(gw, helpers, ca_file, model, rid):

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import gzip
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import requests
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 
 from control_plane.db import make_engine
 from control_plane.shipper import Shipper, parse_sources
 from control_plane.tracing import SpanExport
+from backend_http import Backend, entry, served
 from gateway_readings import access_lines
 from waiting import eventually
 
@@ -24,80 +22,53 @@ CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 
 
-class _Backend(BaseHTTPRequestHandler):
+class _Backend(Backend):
     """An OpenAI-style backend that records the headers it was sent."""
 
-    protocol_version = "HTTP/1.1"
     seen: list = []
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.read_body()
         type(self).seen.append(dict(self.headers))
         out = (b'{"id": "c1", "object": "chat.completion", "model": "m", "choices": '
                b'[{"index": 0, "message": {"role": "assistant", "content": "ok"}, '
                b'"finish_reason": "stop"}], "usage": {"prompt_tokens": 3, '
                b'"completion_tokens": 1, "total_tokens": 4}}')
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+        self.answer(200, out)
 
 
-class _Receiver(BaseHTTPRequestHandler):
+class _Receiver(Backend):
     """OTLP/HTTP: POST /v1/traces, a protobuf ExportTraceServiceRequest."""
 
+    protocol_version = "HTTP/1.0"
     got: list = []
 
     def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.read_body()
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         req = ExportTraceServiceRequest()
         req.ParseFromString(body)
         type(self).got.append((self.path, self.headers.get("Content-Type"), req))
-        out = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
-
-
-def _serve(handler):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    return server
+        self.answer(200, ExportTraceServiceResponse().SerializeToString(),
+                    "application/x-protobuf")
 
 
 @pytest.fixture
 def traced(gateway, helpers):
     _Backend.seen = []
-    server = _serve(_Backend)
-    port = server.server_address[1]
-    b = {"id": 1, "name": "traced-a", "protocol": "openai", "scheme": "http",
-         "host": "127.0.0.1", "port": port, "host_header": f"127.0.0.1:{port}",
-         "base_path": "", "weight": 1}
-    r = gateway.push(helpers.make_snapshot(1, {"chat-demo": (5000, [b])}))
-    assert r.status_code == 200, r.text
-    yield gateway
-    server.shutdown()
-    server.server_close()
+    with served(_Backend) as port:
+        b = entry(1, "traced-a", "openai", port)
+        r = gateway.push(helpers.make_snapshot(1, {"chat-demo": (5000, [b])}))
+        assert r.status_code == 200, r.text
+        yield gateway
 
 
 @pytest.fixture
 def receiver():
     _Receiver.got = []
-    server = _serve(_Receiver)
-    yield server
-    server.shutdown()
-    server.server_close()
+    with served(_Receiver) as port:
+        yield port
 
 
 def _received() -> int:
@@ -167,7 +138,7 @@ def test_shipper_exports_one_span_per_request(traced, helpers, receiver, db_url)
     assert len(lines) == 4
 
     engine = make_engine(db_url)
-    spans = SpanExport(f"http://127.0.0.1:{receiver.server_address[1]}",
+    spans = SpanExport(f"http://127.0.0.1:{receiver}",
                        schedule_delay_ms=100)
     try:
         shipper = Shipper(engine, parse_sources(f"gw1={traced.prefix}/logs/access.log"),
