@@ -13,7 +13,7 @@ ngx.exec from the access phase (an answer proxied as it comes), and an internal
 regular one, /_sluice/buffered_tls/<name>, for the subrequest of an answer converted
 whole (lua/sluice/relay.lua): ngx.location.capture cannot reach a named location.
 
-"system" (location / itself) and "noverify" always exist; a CA new to the gateway
+"system" and "noverify" always exist (location / proxies to plain backends only); a CA new to the gateway
 needs a graceful reload (Gateway.sync_trust), which happens only when the set of
 CAs changes. Until then its backends are left out of their pools.
 """
@@ -101,8 +101,7 @@ def write(conf_dir: Path, cas: dict[str, str]) -> None:
                          f"    proxy_ssl_trusted_certificate {CA_DIR}/{trust}.pem;")
     blocks = []
     for trust, lines in verify.items():
-        if trust != "system":   # location / itself
-            blocks.append(_LOCATION.format(name=trust, verify=lines, client=""))
+        blocks.append(_LOCATION.format(name=trust, verify=lines, client=""))
         blocks.append(_LOCATION.format(name=trust + "_mtls", verify=lines, client=_CLIENT))
     for old in ca_dir.glob("ca-*.pem"):
         if old.stem not in cas:

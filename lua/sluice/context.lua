@@ -3,19 +3,23 @@
 -- other module only reads it. docs/contracts.md ("Per-request context") has the
 -- same table.
 --
--- ngx.ctx does not survive an internal redirect (error_page, ngx.exec). Like Kong,
--- the access phase stashes the table in a worker-local registry under a number kept
--- in ONE nginx variable, $sluice_ctx_ref; the redirected location (error page,
--- fallback) and the log phase put the same table back, and the log phase frees the
--- entry. A registry entry lives from access to log of one request; the worker that
+-- ngx.ctx does not survive an internal redirect (error_page, ngx.exec). As Kong
+-- does, the access phase stashes the table in a worker-local registry, here under the
+-- request's own address (which a redirect keeps; a relayed subrequest finds it by ONE
+-- nginx variable, $sluice_ctx_ref); the redirected location (error page, fallback)
+-- and the log phase put the same table back, and the log phase frees the entry. A registry entry lives from access to log of one request; the worker that
 -- stashed it is the worker that restores it (a request never changes worker).
 --
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
---  ref                context       registry number of this table ($sluice_ctx_ref)
+--  ref                context       registry number of this table (the request's address;
+--                                   a subrequest's $sluice_ctx_ref)
 --  rare_headers       headers       the request carries X-Request-Id, traceparent, Prefer
 --                                   or X-Sluice-Worker-Token (sluice/headers.lua)
 --  uri                endpoints     $uri as access found it (the log line's "path")
+--  plain_path         endpoints     the same string when the caller's $request_uri path
+--                                   is it unescaped (nil: nginx normalised it); then
+--                                   location / proxies to it without a URI variable
 --  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
 --                                   which proxy_set_header and the log line read)
 --  attributes         steps         what routing conditions test (auth's consumer
@@ -90,6 +94,8 @@
 -- backend; a restored context starts a new pass without them (restore() clears them).
 local metrics = require("sluice.metrics")
 local new_tab = require("table.new")
+local get_request = require("resty.core.base").get_request
+local ffi_cast = require("ffi").cast
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -99,6 +105,7 @@ local tonumber = tonumber
 local pairs = pairs
 local tostring = tostring
 
+local UINTPTR = "uintptr_t"
 local GAUGE_EVERY = 1   -- seconds between updates of the held-contexts gauge
 -- Hash slots a new context is made with: a request on a plan carries about 36 of
 -- the fields above (one without, about 20). Grown from ngx.ctx's 4, the table
@@ -113,19 +120,34 @@ metrics.register("sluice_request_contexts", "gauge",
                  { "worker" })
 
 local registry = {}   -- ref -> ctx, per worker
-local last_ref = 0
+
+-- The registry number of this request: its ngx_http_request_t's address, which an
+-- internal redirect keeps (no variable to write per request). A subrequest has its
+-- own address: it finds its public request's entry by $sluice_ctx_ref, which
+-- sluice.relay sets for it.
+local function request_ref()
+    return tonumber(ffi_cast(UINTPTR, get_request()))
+end
+
+-- The entry of this request (or of the public request of this subrequest), or nil.
+local function saved_ref()
+    local ref = request_ref()
+    if registry[ref] then
+        return ref
+    end
+    ref = tonumber(ngx_var.sluice_ctx_ref)
+    return registry[ref] and ref or nil
+end
 
 -- Access phase of the public location, first thing: the request's context, made
--- with room for its fields and findable after a redirect (sets ngx.ctx, ctx.ref and
--- $sluice_ctx_ref; nothing has written the context yet).
+-- with room for its fields and findable after a redirect (sets ngx.ctx and ctx.ref;
+-- nothing has written the context yet).
 function _M.new()
     local ctx = new_tab(0, FIELDS)
     ngx.ctx = ctx
-    local ref = last_ref + 1
-    last_ref = ref
+    local ref = request_ref()
     registry[ref] = ctx
     ctx.ref = ref
-    ngx_var.sluice_ctx_ref = ref
     return ctx
 end
 
@@ -137,7 +159,7 @@ function _M.restore()
     if ctx.ref then
         return ctx
     end
-    local ref = tonumber(ngx_var.sluice_ctx_ref)
+    local ref = saved_ref()
     local saved = ref and registry[ref]
     if not saved then
         return ctx
@@ -150,7 +172,7 @@ end
 -- After ngx.exec to an https backend's trust location (lua/sluice/upstream_tls.lua):
 -- the same pass goes on, so the context comes back whole (sets ngx.ctx).
 function _M.resume()
-    local ref = tonumber(ngx_var.sluice_ctx_ref)
+    local ref = saved_ref()
     local saved = ref and registry[ref]
     if not saved then
         ngx_log(ERR, "TLS location reached without a request context")
@@ -166,7 +188,7 @@ function _M.finish()
     local ctx = ngx.ctx
     local ref = ctx.ref
     if not ref then
-        ref = tonumber(ngx_var.sluice_ctx_ref)
+        ref = saved_ref()
         local saved = ref and registry[ref]
         if not saved then
             return ctx

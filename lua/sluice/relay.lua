@@ -110,8 +110,9 @@ end
 -- it is back, ctx.relayed; intercepted() clears it again). Returns the capture's
 -- result.
 function _M.fetch(ctx)
-    local saved = {}
-    for i = 1, #VARS do
+    -- $sluice_ctx_ref: the subrequest's way to its context (sluice.context)
+    local saved = { ctx.ref }
+    for i = 2, #VARS do
         saved[i] = ngx_var[VARS[i]] or ""
     end
     ctx.relay_vars = saved

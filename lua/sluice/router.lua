@@ -10,6 +10,7 @@ local ngx_req = ngx.req
 local re_find = ngx.re.find
 local type = type
 local shape_error = body_rules.shape_error
+local ascii = body_rules.ascii
 local needs_doc = body_rules.needs_doc
 
 local _M = {}
@@ -26,10 +27,13 @@ local function read_body(ctx)
         end
         return nil, 400, "invalid_request", "request body is required"
     end
-    -- The "u" flag makes PCRE validate the subject as UTF-8 and fail on bad bytes.
-    local _, _, err = re_find(body, "^", "ujo")
-    if err then
-        return nil, 400, "invalid_request", "request body is not valid UTF-8"
+    -- All ASCII is valid UTF-8; else the "u" flag makes PCRE validate the subject as
+    -- UTF-8 and fail on bad bytes.
+    if not ascii(body) then
+        local _, _, err = re_find(body, "^", "ujo")
+        if err then
+            return nil, 400, "invalid_request", "request body is not valid UTF-8"
+        end
     end
     pii.excerpt(ctx, body)
     local bad = shape_error(body)

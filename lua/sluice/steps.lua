@@ -27,6 +27,7 @@ local relay = require("sluice.relay")
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_header = ngx.header
+local req_set_uri = ngx.req.set_uri
 
 local _M = {}
 
@@ -48,9 +49,20 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
         ngx_var.sluice_upstream_auth = credential
         ctx.upstream_auth = credential ~= ""
     end
-    ngx_var.sluice_upstream_uri = backend.base_path .. path
-    -- a backend of another trust set: ngx.exec, unless the answer is relayed
-    upstream_tls.forward(ctx, backend, relay.wanted(ctx))
+    -- location / proxies without variables (proxy_pass http://sluice_backend: nothing
+    -- to evaluate or parse per request): the caller's own URI as it came, or this one
+    -- set as the request's URI. A relay's subrequest, @sluice_fallback and the TLS
+    -- locations proxy to $sluice_upstream_uri.
+    local uri = backend.base_path .. path
+    local relayed = relay.wanted(ctx)
+    if relayed or ctx.fallback or backend.tls then
+        ngx_var.sluice_upstream_uri = uri
+    elseif uri ~= ctx.plain_path then
+        req_set_uri(uri)
+    end
+    -- an https backend: ngx.exec to its trust set's location, unless the answer is
+    -- relayed
+    upstream_tls.forward(ctx, backend, relayed)
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's

@@ -4,7 +4,8 @@
 -- proxy_ssl_verify and proxy_ssl_trusted_certificate are fixed per location, so each
 -- trust set a backend may need is a location of its own:
 --
---   "system"    location / and @sluice_fallback themselves (the system store)
+--   "system"    @sluice_tls_system (the system store; always rendered: location /
+--               proxies to plain backends only, without variables)
 --   "noverify"  @sluice_tls_noverify       (always rendered)
 --   "ca-<hex>"  @sluice_tls_ca-<hex>       one per distinct CA of the snapshot,
 --               rendered by control_plane/runtime/backend_trust.py with its CA
@@ -14,7 +15,7 @@
 --   (nginx 1.22 refuses an empty data: certificate, so it cannot be the default)
 --
 -- A backend of another trust set is reached by ngx.exec from the access phase;
--- the request's context crosses it through $sluice_ctx_ref (sluice.context). An
+-- the request's context crosses it through the registry (sluice.context). An
 -- answer converted whole goes through a subrequest (sluice.relay), which cannot
 -- reach a named location: each of them has an internal twin with the same TLS
 -- lines, location = /_sluice/buffered_tls/<trust>[_mtls], the subrequest's URI.
@@ -73,14 +74,15 @@ function _M.compile(b)
         return nil
     end
     local trust = t.trust or "system"
-    -- location / is "system" without a client pair (nginx.conf.tmpl); the others
-    -- are rendered by runtime/backend_trust.py
+    -- every trust set's location is rendered by runtime/backend_trust.py; "system"
+    -- without a client pair needs no twin for the subrequest (/_sluice/buffered
+    -- verifies against the system store)
     local own = (trust ~= "system" or t.client_cert)
                 and trust .. (t.client_cert and "_mtls" or "") or nil
     return {
         trust = trust,
         loaded = loaded[trust] == true,
-        location = own and LOCATION_PREFIX .. own,
+        location = LOCATION_PREFIX .. (own or trust),
         buffered = own and BUFFERED_PREFIX .. own,   -- the subrequest's (sluice.relay)
         name = t.server_name,
         cert = t.client_cert or "",
@@ -108,7 +110,7 @@ function _M.check_shared(backends_by_addr)
 end
 
 -- Access phase (after the upstream variables): TLS variables of backend `b`, and
--- on to its trust location when that is not this one, unless the answer is
+-- on to its trust location, unless the answer is
 -- `relayed` (its subrequest goes to b.tls.buffered). Sets ngx.var (and
 -- ctx.upstream_tls: $sluice_upstream_tls is set), may not return.
 function _M.forward(ctx, b, relayed)

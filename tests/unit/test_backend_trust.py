@@ -39,13 +39,13 @@ def test_write_renders_a_location_per_trust_set_and_drops_old_cas(tmp_path):
     a, b = trust_id(True, CA_A), trust_id(True, CA_B)
     backend_trust.write(tmp_path, {a: CA_A, b: CA_B})
     conf = (tmp_path / "backend_tls.conf").read_text()
-    for name in ("noverify", "noverify_mtls", "system_mtls", a, a + "_mtls", b, b + "_mtls"):
+    for name in ("system", "noverify", "noverify_mtls", "system_mtls", a, a + "_mtls", b,
+                 b + "_mtls"):
         assert f"location @sluice_tls_{name} {{" in conf
         # its twin for the subrequest of an answer converted whole (relay.lua)
         assert f"location = /_sluice/buffered_tls/{name} {{" in conf
-    assert "location @sluice_tls_system {" not in conf   # that is location / itself
-    assert "/_sluice/buffered_tls/system {" not in conf
-    assert conf.count("internal;") == 7
+    # "system" too: location / proxies to plain backends only (nginx.conf.tmpl)
+    assert conf.count("internal;") == 8
     assert conf.count("proxy_ssl_certificate data:$sluice_tls_cert;") == 8
     assert (tmp_path / "tls" / f"{a}.pem").read_text() == CA_A
     assert backend_trust.rendered(tmp_path) == {a, b}
