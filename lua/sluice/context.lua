@@ -7,8 +7,9 @@
 -- does, the access phase stashes the table in a worker-local registry, here under the
 -- request's own address (which a redirect keeps; a relayed subrequest finds it by ONE
 -- nginx variable, $sluice_ctx_ref); the redirected location (error page, fallback)
--- and the log phase put the same table back, and the log phase frees the entry. A registry entry lives from access to log of one request; the worker that
--- stashed it is the worker that restores it (a request never changes worker).
+-- and the log phase put the same table back, and the log phase frees the entry. A
+-- registry entry lives from access to log of one request; the worker that stashed
+-- it is the worker that restores it (a request never changes worker).
 --
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
