@@ -169,6 +169,8 @@ def render(cfg: GatewayConfig) -> str:
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
         "redis": redis,
+        # HTTP/2 is spoken only by the HTTPS listener (nginx_tls.public_listen)
+        "http2": "true" if cfg.tls_port is not None else "false",
         "resolver_directive": resolver,
         "system_ca_file": SYSTEM_CA_FILE,
         "jobs_proxy": _jobs_proxy(cfg.jobs_url),

@@ -23,6 +23,7 @@
 --                                   location / proxies to it without a URI variable
 --  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
 --                                   which proxy_set_header and the log line read)
+--  request_id_made    requestid     request_id was made here (then it is the trace id)
 --  attributes         steps         what routing conditions test (auth's consumer
 --                                   attributes, JWT claims over them)
 --  consumer           steps         the authenticated consumer (snapshot table)

@@ -69,9 +69,10 @@ local function upstream_ms(t)
 end
 
 -- Log phase (runs before nginx's access_log writes the line), given
--- $upstream_response_time (read once by phases.log): the metrics, and the line
--- (sluice.accesslog) in $sluice_log_line, the one variable log_format sluice_json reads.
-function _M.log(ctx, upstream_times)
+-- $upstream_response_time and $bytes_sent (read once by phases.log): the metrics, and
+-- the line (sluice.accesslog) in $sluice_log_line, the one variable log_format
+-- sluice_json reads.
+function _M.log(ctx, upstream_times, bytes_sent)
     local model = ctx.model_name or ""
     local backend = backend_name(ctx)
     local consumer = ctx.consumer
@@ -104,7 +105,7 @@ function _M.log(ctx, upstream_times)
         up_ms = floor(up_ms + 0.5)
     end
     ngx_var.sluice_log_line = accesslog.line(
-        ctx, now, get_method(), ctx.uri or ngx_var.uri, status, ngx_var.bytes_sent, who,
+        ctx, now, get_method(), ctx.uri or ngx_var.uri, status, bytes_sent, who,
         consumer and plan, model, backend, floor(total * 1000 + 0.5), up_ms)
 end
 

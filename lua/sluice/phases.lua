@@ -37,6 +37,8 @@ local ngx_exec = ngx.exec
 local HTTP_OK = ngx.HTTP_OK
 local ERR = ngx.ERR
 local tonumber = tonumber
+local str_find = string.find
+local str_sub = string.sub
 
 local _M = {}
 
@@ -55,6 +57,7 @@ function _M.init(opts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
     usage.init()
     upstream_tls.init()   -- which backend CA locations this config has
+    relay.configure(opts.http2)   -- no HTTPS listener: no request is HTTP/2
     -- Loads lkg/snapshot.json when the shared dict is empty (fresh start); after
     -- `nginx -s reload` the dict still holds the served snapshot and wins.
     config.init()
@@ -239,6 +242,19 @@ function _M.body_filter()
     end
 end
 
+-- $upstream_status, $upstream_response_time (nil when no backend was tried) and
+-- $bytes_sent, read as one variable ($sluice_log_facts, a map in nginx.conf.tmpl:
+-- "<statuses>|<times>|<bytes>"): one lookup by name instead of three.
+local function log_facts()
+    local facts = ngx_var.sluice_log_facts
+    local a = str_find(facts, "|", 1, true)
+    local b = str_find(facts, "|", a + 1, true)
+    if a == 1 then   -- no backend was tried
+        return nil, nil, str_sub(facts, b + 1)
+    end
+    return str_sub(facts, 1, a - 1), str_sub(facts, a + 1, b - 1), str_sub(facts, b + 1)
+end
+
 function _M.log()
     local ctx = context.finish()
     if ctx.looped and backend_answered(ctx) then
@@ -247,18 +263,20 @@ function _M.log()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
+    local statuses, times, bytes_sent = log_facts()
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
     -- from this request: both, in order, as nginx lists several attempts (a relayed
     -- fallback's ctx.upstream_* hold them all already)
-    local own = not ctx.upstream_earlier
-    local times = own and joined(ctx.upstream_times, ngx_var.upstream_response_time)
-                  or ctx.upstream_times
-    observe.log(ctx, times)
+    if ctx.upstream_earlier then
+        statuses, times = ctx.upstream_status, ctx.upstream_times
+    else
+        statuses = joined(ctx.upstream_status, statuses)
+        times = joined(ctx.upstream_times, times)
+    end
+    observe.log(ctx, times, bytes_sent)
     local ids = ctx.tried_ids
     if ids then
-        balancer.log(ids, own and joined(ctx.upstream_status, ngx_var.upstream_status)
-                          or ctx.upstream_status,
-                     times, ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, statuses, times, ctx.breaker_cfg or breaker_defaults)
     end
 end
 

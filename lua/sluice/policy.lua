@@ -162,7 +162,8 @@ function _M.body_filter(ctx)
     if ctx.usage_scan then
         tokens.body_filter(ctx)
     end
-    if ngx_arg[2] then
+    -- ngx.arg is a C call (no FFI): read only when there is a slot to give back
+    if ctx.slot and ngx_arg[2] then
         release_slot(ctx)
     end
 end

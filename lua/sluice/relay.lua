@@ -66,6 +66,21 @@ local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
 
 local _M = { LOCATION = LOCATION }
 
+-- Does this gateway serve HTTP/2 at all (an HTTPS listener: nginx_tls.py)? Without
+-- one no request is HTTP/2, and ngx.req.http_version (a C call LuaJIT stops its
+-- trace at, not FFI) is not asked per request.
+local serves_http2 = true
+
+-- init_by_lua (phases.init): whether a listener speaks HTTP/2.
+function _M.configure(http2)
+    serves_http2 = http2 ~= false
+end
+
+-- Is this request HTTP/2?
+local function http2()
+    return serves_http2 and http_version() >= 2
+end
+
 -- Access phase, the request bound for a backend: is its answer converted (whole,
 -- or frame by frame: see streams()), and can a subrequest fetch it (not HTTP/2)?
 function _M.wanted(ctx)
@@ -79,7 +94,7 @@ function _M.wanted(ctx)
             return false
         end
     end
-    return http_version() < 2
+    return not http2()
 end
 
 -- Would the compiled model `m` need the relay for `req` ({ endpoint, streaming })?
@@ -93,7 +108,7 @@ end
 -- have to read first goes to @sluice_h1_loop, to be served again as HTTP/1.1 (a
 -- subrequest cannot serve HTTP/2).
 function _M.loops(snap, endpoint, name, doc)
-    if http_version() < 2 then
+    if not http2() then
         return false
     end
     local req = { endpoint = endpoint, streaming = doc ~= nil and doc.stream == true }

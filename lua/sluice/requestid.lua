@@ -39,7 +39,8 @@ local function new_request_id()
     return id_prefix .. str_format("%016x", id_seq)
 end
 
--- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id and
+-- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id (and
+-- ctx.request_id_made for a new one: sluice.trace takes it as the trace id) and
 -- $sluice_request_id (which proxy_set_header and the log line read).
 function _M.take(ctx)
     local id = ctx.request_id
@@ -49,6 +50,7 @@ function _M.take(ctx)
     id = headers.rare(ctx) and ngx_var.http_x_request_id
     if not id or not re_find(id, REQUEST_ID, "jo") then
         id = new_request_id()
+        ctx.request_id_made = true
     end
     ctx.request_id = id
     ngx_var.sluice_request_id = id

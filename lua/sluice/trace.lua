@@ -5,10 +5,11 @@
 -- through untouched. The ids go to the access-log line, and the log shipper turns
 -- that line into an OTLP span (control_plane/tracing.py): nothing here but ids.
 --
--- Ids: a trace id is 16 random hex digits drawn when the worker starts and the
--- worker's 16-digit sequence number (like a request id); a span id is 8 random hex
--- digits of the worker and 8 of the sequence. Unique, not secret (a trace id is no
--- credential), and one string.format each.
+-- Ids: a trace started here has the request id made for it (sluice.requestid: 16
+-- random hex digits drawn when the worker starts and the worker's 16-digit sequence
+-- number) as its id, or, when the caller named the request, one made the same way;
+-- a span id is 8 random hex digits of the worker and 8 of the sequence. Unique, not
+-- secret (a trace id is no credential), and one string.format each.
 local rand = require("openssl.rand")
 local headers = require("sluice.headers")
 
@@ -46,13 +47,17 @@ function _M.init_worker()
     end
 end
 
-local function next_ids()
+local function next_span()
     if not trace_prefix then   -- init_worker draws them; this only guards the order
         _M.init_worker()
     end
     seq = seq + 1
-    return trace_prefix .. str_format("%016x", seq),
-           span_prefix .. str_format("%08x", seq % SPAN_WRAP)
+    return span_prefix .. str_format("%08x", seq % SPAN_WRAP)
+end
+
+-- A new trace id, for a request whose id the caller gave.
+local function new_trace()
+    return trace_prefix .. str_format("%016x", seq)
 end
 
 -- Parses a traceparent value. Returns trace id, parent span id, flags; or nil.
@@ -74,17 +79,18 @@ function _M.parse(value)
     return m[2], m[3], m[4]
 end
 
--- Access phase (and the error page of a request that never reached access): this
--- request's trace and span (sets ctx.trace_id, ctx.span_id, ctx.parent_span_id for
+-- Access phase (and the error page of a request that never reached access), after
+-- sluice.requestid: this request's trace and span (sets ctx.trace_id, ctx.span_id, ctx.parent_span_id for
 -- the log line, and $sluice_traceparent, which proxy_set_header sends).
 function _M.start(ctx)
     if ctx.trace_id then
         return
     end
     local trace_id, parent, flags = _M.parse(headers.rare(ctx) and ngx_var.http_traceparent)
-    local new_trace, span = next_ids()
+    local span = next_span()
     if not trace_id then
-        trace_id, flags = new_trace, "01"
+        trace_id = ctx.request_id_made and ctx.request_id or new_trace()
+        flags = "01"
     end
     ctx.trace_id, ctx.span_id, ctx.parent_span_id = trace_id, span, parent
     ngx_var.sluice_traceparent = "00-" .. trace_id .. "-" .. span .. "-" .. flags
