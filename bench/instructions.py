@@ -13,6 +13,7 @@ CPU-time ratios of bench/gateway.py.
 
     .venv/bin/python bench/instructions.py [--n 1000] [--warm 1500]
     .venv/bin/python bench/instructions.py --targets sluice --annotate 25
+    .venv/bin/python bench/instructions.py --phases          # each phase's share
 
 Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), sluice, policy
 (bench/gateway.py describes them). `--annotate N` prints each target's N costliest
@@ -131,6 +132,37 @@ def annotate(dump: Path, top: int) -> str:
     return "\n".join(rows[:top])
 
 
+# Where a request's instructions go, by the Lua module's phase handlers (inclusive:
+# each with what it calls, nginx's and LuaJIT's code alike); the rest is nginx itself
+# (parsing, proxying, writing, the access log) and the timers (metric flushes).
+PHASES = (("access", "ngx_http_lua_access_handler_inline"),
+          ("balancer", "ngx_http_lua_balancer_handler_inline"),
+          ("header filter", "ngx_http_lua_header_filter_inline"),
+          ("body filter", "ngx_http_lua_body_filter_inline"),
+          ("log", "ngx_http_lua_log_handler_inline"),
+          ("timers", "ngx_event_expire_timers"))
+
+
+def phases(dump: Path, n: int) -> dict[str, float]:
+    """Ir per request of each of PHASES, and "nginx, the rest" (the total less them)."""
+    res = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=yes",
+                          "--threshold=100", dump], capture_output=True, text=True)
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in res.stdout.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+(\S+)", line)
+        if not m:
+            continue
+        ir, name = int(m.group(1).replace(",", "")), m.group(2)
+        if name == "PROGRAM":
+            total = ir
+        else:
+            inclusive[name.split(":")[-1]] = ir
+    out = {phase: inclusive.get(fn, 0) / n for phase, fn in PHASES}
+    out["nginx, the rest"] = total / n - sum(out.values())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="requests counted per target")
@@ -138,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--annotate", type=int, default=0, metavar="N",
                         help="print each target's N costliest functions")
+    parser.add_argument("--phases", action="store_true",
+                        help="also print each target's instructions by phase")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true",
                         help="keep the callgrind dumps (their folder is printed)")
@@ -205,13 +239,22 @@ def main(argv: list[str] | None = None) -> int:
         ir = figures[name]
         vs = [f"{ir / figures[b]:.2f}" if b in figures else "" for b in ("baseline", "lean")]
         print(f"{name:<10} {ir:>11.0f} {vs[0]:>11} {vs[1]:>8}")
+    by_phase = {name: phases(dumps[name], args.n) for name in targets} if args.phases else {}
+    if by_phase:
+        names = [phase for phase, _ in PHASES] + ["nginx, the rest"]
+        print(f"\n# by phase (Ir per request, inclusive of what each calls)")
+        print(f"{'phase':<16}" + "".join(f"{t:>11}" for t in targets))
+        for phase in names:
+            print(f"{phase:<16}" + "".join(f"{by_phase[t][phase]:>11.0f}" for t in targets))
     if args.annotate:
         for name in targets:
             print(f"\n# {name}: costliest functions (Ir over {args.n} requests)")
             print(annotate(dumps[name], args.annotate))
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "warm": args.warm,
-                                         "ir_per_request": figures}, indent=2))
+                                         "ir_per_request": figures,
+                                         **({"by_phase": by_phase} if by_phase else {})},
+                                        indent=2))
     if args.keep:
         print("\n# callgrind dumps: " + ", ".join(str(p) for p in dumps.values()))
     else:

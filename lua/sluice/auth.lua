@@ -4,6 +4,7 @@
 local digest = require("openssl.digest")
 local jwt = require("sluice.jwt")
 local lrucache = require("resty.lrucache")
+local has_space = require("sluice.bytes").has_space
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -11,7 +12,6 @@ local ngx_time = ngx.time
 local re_match = ngx.re.match
 local str_byte = string.byte
 local str_sub = string.sub
-local str_find = string.find
 local str_format = string.format
 local str_gsub = string.gsub
 
@@ -38,17 +38,13 @@ local function sha256_hex(s)
 end
 _M.sha256_hex = sha256_hex
 
--- Does `s` hold whitespace (Lua's %s)? Plain finds, which LuaJIT compiles (a pattern
--- find it does not); nginx has already refused \r and \n in a header.
-local function has_space(s)
-    return str_find(s, " ", 1, true) or str_find(s, "\t", 1, true)
-           or str_find(s, "\v", 1, true) or str_find(s, "\f", 1, true)
-           or str_find(s, "\r", 1, true) or str_find(s, "\n", 1, true)
-end
 
--- The caller's key, or nil when none was given.
-function _M.credential()
-    local authz = ngx_var.http_authorization
+-- The caller's key, or nil when none was given. `authz`: the Authorization header
+-- (sluice.headers read it with the request's other facts), else read here.
+function _M.credential(authz)
+    if authz == nil then
+        authz = ngx_var.http_authorization
+    end
     if authz then
         -- the usual form, exactly "Bearer <key>", without the regex (same answer)
         if str_sub(authz, 1, 7) == "Bearer " then
@@ -69,10 +65,11 @@ function _M.credential()
     return nil
 end
 
+-- `authz`: the Authorization header, when the caller read it already.
 -- Returns the consumer and the request's attributes (the consumer's, with a JWT's
 -- claims merged over them); or nil, http status, error type, message.
-function _M.authenticate(snap)
-    local key = _M.credential()
+function _M.authenticate(snap, authz)
+    local key = _M.credential(authz)
     if not key then
         return nil, 401, "unauthorized",
                "an API key or token is required (Authorization: Bearer <key>, or X-API-Key)"

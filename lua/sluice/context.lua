@@ -17,6 +17,8 @@
 --                                   a subrequest's $sluice_ctx_ref)
 --  rare_headers       headers       the request carries X-Request-Id, traceparent, Prefer
 --                                   or X-Sluice-Worker-Token (sluice/headers.lua)
+--  request_uri, authorization   headers   $request_uri and the Authorization header
+--                                   (nil: none), read with rare_headers as one variable
 --  uri                endpoints     $uri as access found it (the log line's "path")
 --  plain_path         endpoints     the same string when the caller's $request_uri path
 --                                   is it unescaped (nil: nginx normalised it); then
@@ -109,10 +111,10 @@ local tostring = tostring
 
 local UINTPTR = "uintptr_t"
 local GAUGE_EVERY = 1   -- seconds between updates of the held-contexts gauge
--- Hash slots a new context is made with: a request on a plan carries about 36 of
+-- Hash slots a new context is made with: a request on a plan carries about 40 of
 -- the fields above (one without, about 20). Grown from ngx.ctx's 4, the table
 -- would be rehashed four times per request.
-local FIELDS = 40
+local FIELDS = 44
 
 local _M = {}
 

@@ -15,9 +15,8 @@ local ngx = ngx
 local ngx_var = ngx.var
 local ngx_req = ngx.req
 local re_match = ngx.re.match
-local str_find = string.find
-local str_sub = string.sub
 local jobs = require("sluice.jobs")
+local plain_path = require("sluice.bytes").plain_path
 
 local _M = {}
 
@@ -46,29 +45,14 @@ local BY_PATTERN = {
       { name = "model", method = "GET", model_in_path = true } },
 }
 
--- The path of `raw` ($request_uri) when it is byte for byte what nginx makes of it
--- in $uri: no %-escape, no "//", "/." or "#" to normalise, no space; else nil.
--- Such a request reaches a backend at its own path with proxy_pass's URI unchanged
--- (sluice.steps.forward). Plain finds: LuaJIT compiles them.
-function _M.plain_path(raw)
-    local q = str_find(raw, "?", 1, true)
-    local path = q and str_sub(raw, 1, q - 1) or raw
-    if str_find(path, "%", 1, true) or str_find(path, "//", 1, true)
-       or str_find(path, "/.", 1, true) or str_find(path, "#", 1, true)
-       or str_find(path, " ", 1, true) then
-        return nil
-    end
-    return path
-end
-local plain_path = _M.plain_path
 
 -- Which endpoint a request is for. Returns endpoint, model-from-path (or nil);
 -- or nil, status, type, message. (`uri` is percent-decoded and normalised by nginx;
 -- kept in ctx.uri for the log line; ctx.plain_path is the same string when the
--- caller sent it so, unescaped.) One variable read: $request_uri, $uri only for a
--- path nginx normalised.
+-- caller sent it so, unescaped.) $request_uri as sluice.headers read it; $uri only
+-- for a path nginx normalised.
 function _M.match(ctx)
-    local uri = plain_path(ngx_var.request_uri)
+    local uri = plain_path(ctx.request_uri or ngx_var.request_uri)
     ctx.plain_path = uri
     if not uri then
         uri = ngx_var.uri

@@ -1,14 +1,34 @@
--- Request headers most requests do not carry: X-Request-Id, traceparent, Prefer and
--- X-Sluice-Worker-Token. Reading a header by name from Lua costs ~700 instructions
--- (nginx hashes the name, then scans the headers); nginx's map
--- $sluice_rare_headers (nginx/nginx.conf.tmpl) looks all four up in C, so a request
--- with none of them reads one variable instead of four. An empty header counts as
--- absent, as the readers below take it.
+-- What access reads of every request, as ONE nginx variable: whether it carries one
+-- of the request headers most requests do not carry (X-Request-Id, traceparent,
+-- Prefer, X-Sluice-Worker-Token), its $request_uri and its Authorization header.
+-- Reading a variable by name from Lua costs ~700 instructions (nginx hashes the name,
+-- then, for a header, scans the headers); nginx's maps $sluice_rare_headers and
+-- $sluice_request_facts (nginx/nginx.conf.tmpl) look them up in C, so a request
+-- reads one variable instead of six. An empty header counts as absent, as the
+-- readers below take it.
 local ngx_var = ngx.var
+local str_find = string.find
+local str_sub = string.sub
+local str_byte = string.byte
+
+local NEWLINE = 10   -- "\n": in neither a request line nor a header value
 
 local _M = {}
 
--- Does the request carry any of the four? (sets ctx.rare_headers)
+-- Access, first thing: "<rare>\n<$request_uri>\n<$http_authorization>" split (sets
+-- ctx.rare_headers, ctx.request_uri and ctx.authorization, nil when absent).
+function _M.read(ctx)
+    local facts = ngx_var.sluice_request_facts
+    local a = str_byte(facts, 1) == NEWLINE and 1 or 2   -- $sluice_rare_headers: "" or "1"
+    ctx.rare_headers = a == 2
+    local b = str_find(facts, "\n", a + 1, true)
+    ctx.request_uri = str_sub(facts, a + 1, b - 1)
+    if b < #facts then
+        ctx.authorization = str_sub(facts, b + 1)
+    end
+end
+
+-- Does the request carry any of the four? (sets ctx.rare_headers, unless read() has)
 function _M.rare(ctx)
     local rare = ctx.rare_headers
     if rare == nil then

@@ -24,6 +24,7 @@ local trace = require("sluice.trace")
 local relay = require("sluice.relay")
 local requestid = require("sluice.requestid")
 local steps = require("sluice.steps")
+local headers = require("sluice.headers")
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -156,6 +157,7 @@ end
 
 function _M.access()
     local ctx = context.new()
+    headers.read(ctx)
     requestid.take(ctx)
     trace.start(ctx)
     local status, err_type, msg, extra = steps.admit(ctx)

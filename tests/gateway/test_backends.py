@@ -1,7 +1,9 @@
 """Backend failures as the caller sees them, retries, and the static-weight split."""
 from __future__ import annotations
 
+import http.client
 from collections import Counter
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -139,3 +141,26 @@ def test_what_the_backend_receives(gateway, helpers, capture):
     assert headers["X-Request-Id"] == "abc-1"
     assert "Authorization" not in headers and "X-API-Key" not in headers
     assert got == body                                    # body passed through unchanged
+
+
+# location / proxies without a URI variable (nginx.conf.tmpl): a path the caller sent
+# plainly goes on as it came; one nginx normalises ($uri) goes on normalised, as
+# before; the query string goes with both. Sent by http.client: requests would
+# normalise the path itself.
+@pytest.mark.parametrize("sent, seen", [
+    ("/v1/models/p/predict?a=1&b=%2F", "/v1/models/p/predict?a=1&b=%2F"),
+    ("/v1//models/p/./predict?a=1", "/v1/models/p/predict?a=1"),
+    ("/v1/models/x/../p/predict", "/v1/models/p/predict"),
+])
+def test_the_backend_gets_the_path_nginx_read(gateway, helpers, capture, sent, seen):
+    _serve(gateway, helpers, {"p": (2000, [entry(1, "cap", "predict", capture)])})
+    url = urlsplit(gateway.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.request("POST", sent, body=b'{"input": 1}',
+                     headers={"X-API-Key": helpers.KEY, "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+    finally:
+        conn.close()
+    assert _Capture.seen[-1][0] == seen
