@@ -153,9 +153,13 @@ function _M.body_filter(ctx)
     end
     local chunk, eof = ngx_arg[1], ngx_arg[2]
     if ctx.usage_sse == nil then
-        local ct = ngx_var.upstream_http_content_type or ""
-        ctx.usage_sse = str_find(ct, "text/event-stream", 1, true) ~= nil
-        ctx.usage_len = tonumber(ngx_var.upstream_http_content_length)
+        -- the answer the caller gets (after a conversion's header filter), in one
+        -- variable: "<Content-Length>|<Content-Type>" ($sluice_sent_body, a map in
+        -- nginx.conf.tmpl: the headers as nginx keeps them, no header list to scan)
+        local sent = ngx_var.sluice_sent_body
+        local bar = str_find(sent, "|", 1, true)
+        ctx.usage_sse = str_find(sent, "text/event-stream", bar + 1, true) ~= nil
+        ctx.usage_len = bar > 1 and tonumber(str_sub(sent, 1, bar - 1)) or nil
         ctx.usage_n, ctx.usage_bytes = 0, 0
     end
     if ctx.usage_sse then
