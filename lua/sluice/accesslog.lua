@@ -4,6 +4,8 @@
 -- up by name, and no per-field formatting in nginx. The bytes are those nginx's
 -- `escape=json` made from the same fields before (tests/lua/test_accesslog.lua).
 -- Pure: no ngx.*, so it runs under plain luajit.
+local buffer = require("string.buffer")
+
 local str_find = string.find
 local str_gsub = string.gsub
 local str_format = string.format
@@ -75,26 +77,38 @@ local function plain(v)
     return v
 end
 
--- The line (no newline: nginx adds it), from the request's context (sluice/context.lua:
--- the fields it owns for the log) and what the log phase read or worked out. Absent
--- values are written empty: every field of the line is a JSON string. Only what a
--- caller, a backend or the snapshot's names bring goes through esc().
-function _M.line(ctx, now, method, path, status, bytes_sent, consumer, plan, model,
-                 backend, latency_ms, upstream_ms)
-    return '{"time":"' .. msec(now) .. '","request_id":"' .. plain(ctx.request_id)
-        .. '","consumer":"' .. esc(consumer) .. '","plan":"' .. esc(plan)
-        .. '","model":"' .. esc(model) .. '","route":"' .. esc(ctx.route)
-        .. '","backend":"' .. esc(backend) .. '","method":"' .. method
-        .. '","path":"' .. esc(path) .. '","status":"' .. status
-        .. '","latency_ms":"' .. latency_ms .. '","upstream_ms":"' .. plain(upstream_ms)
-        .. '","prompt_tokens":"' .. plain(ctx.prompt_tokens)
-        .. '","completion_tokens":"' .. plain(ctx.completion_tokens)
-        .. '","cache":"' .. plain(ctx.cache_status) .. '","error_type":"' .. plain(ctx.error_type)
-        .. '","bytes_sent":"' .. plain(bytes_sent) .. '","excerpt":"' .. esc(ctx.excerpt)
-        .. '","fallback":"' .. esc(ctx.fallback) .. '","queue_ms":"' .. plain(ctx.queue_ms)
-        .. '","upstream_error":"' .. esc(ctx.upstream_error)
-        .. '","trace_id":"' .. plain(ctx.trace_id) .. '","span_id":"' .. plain(ctx.span_id)
-        .. '","parent_span_id":"' .. plain(ctx.parent_span_id) .. '"}'
+-- The line (no newline: nginx adds it), put into string.buffer `buf`, from the
+-- request's context (sluice/context.lua: the fields it owns for the log) and what the
+-- log phase read or worked out. Absent values are written empty: every field of the
+-- line is a JSON string. Only what a caller, a backend or the snapshot's names bring
+-- goes through esc(). A buffer, not a string: the log phase hands its bytes to nginx
+-- (sluice.observe) without making a Lua string of the line. Made as a string, every
+-- line was interned, and lines differ only in bytes LuaJIT's hash of a long string
+-- does not sample: they queued in one bucket of the string table, and each new one
+-- was compared with those not yet collected (~5,000 instructions a request, more as
+-- the collector fell behind).
+function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan, model,
+                backend, latency_ms, upstream_ms)
+    buf:put('{"time":"', msec(now), '","request_id":"', plain(ctx.request_id),
+            '","consumer":"', esc(consumer), '","plan":"', esc(plan),
+            '","model":"', esc(model), '","route":"', esc(ctx.route),
+            '","backend":"', esc(backend), '","method":"', method,
+            '","path":"', esc(path), '","status":"', status,
+            '","latency_ms":"', latency_ms, '","upstream_ms":"', plain(upstream_ms),
+            '","prompt_tokens":"', plain(ctx.prompt_tokens),
+            '","completion_tokens":"', plain(ctx.completion_tokens),
+            '","cache":"', plain(ctx.cache_status), '","error_type":"', plain(ctx.error_type),
+            '","bytes_sent":"', plain(bytes_sent), '","excerpt":"', esc(ctx.excerpt),
+            '","fallback":"', esc(ctx.fallback), '","queue_ms":"', plain(ctx.queue_ms),
+            '","upstream_error":"', esc(ctx.upstream_error),
+            '","trace_id":"', plain(ctx.trace_id), '","span_id":"', plain(ctx.span_id),
+            '","parent_span_id":"', plain(ctx.parent_span_id), '"}')
+    return buf
+end
+
+-- The same line as a string (the unit tests, and anything not on the hot path).
+function _M.line(...)
+    return _M.put(buffer.new(), ...):tostring()
 end
 
 return _M

@@ -133,7 +133,7 @@ def test_observability_lists_every_metric_and_log_field():
     assert not missing, f"metrics not in docs/observability.md: {missing}"
     # the line's fields, as lua/sluice/accesslog.lua writes them
     line = (REPO / "lua" / "sluice" / "accesslog.lua").read_text()
-    line = line[line.index("function _M.line"):]
+    line = line[line.index("function _M.put"):]
     fields = re.findall(r"\"([a-z_]+)\":\"", line)
     assert len(fields) >= 15, fields
     missing = [f for f in fields if f"`{f}`" not in page]
