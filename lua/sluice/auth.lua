@@ -40,11 +40,8 @@ _M.sha256_hex = sha256_hex
 
 
 -- The caller's key, or nil when none was given. `authz`: the Authorization header
--- (sluice.headers read it with the request's other facts), else read here.
+-- (nil: none), as sluice.headers read it with the request's other facts.
 function _M.credential(authz)
-    if authz == nil then
-        authz = ngx_var.http_authorization
-    end
     if authz then
         -- the usual form, exactly "Bearer <key>", without the regex (same answer)
         if str_sub(authz, 1, 7) == "Bearer " then
@@ -65,9 +62,9 @@ function _M.credential(authz)
     return nil
 end
 
--- `authz`: the Authorization header, when the caller read it already.
--- Returns the consumer and the request's attributes (the consumer's, with a JWT's
--- claims merged over them); or nil, http status, error type, message.
+-- `authz`: the Authorization header (ctx.authorization). Returns the consumer and
+-- the request's attributes (the consumer's, with a JWT's claims merged over them);
+-- or nil, http status, error type, message.
 function _M.authenticate(snap, authz)
     local key = _M.credential(authz)
     if not key then

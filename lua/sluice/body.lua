@@ -25,18 +25,8 @@
 -- Pure Lua: tests/lua/test_body.lua runs it under plain luajit.
 local strict = require("sluice.strict")
 local versions = require("sluice.versions")
-local ffi = require("ffi")
-local bit = require("bit")
 
 local str_byte = string.byte
-local ffi_cast = ffi.cast
-local band = bit.band
-local rshift = bit.rshift
-
-local U64 = ffi.typeof("const uint64_t *")
-local U8 = ffi.typeof("const uint8_t *")
-local HIGH_BITS = 0x8080808080808080ULL   -- the top bit of each of 8 bytes
-local NONE = 0ULL
 
 local OPEN_BRACE = 123    -- "{"
 local CLOSE_BRACE = 125   -- "}"
@@ -63,27 +53,6 @@ function _M.shape_error(body)
         return 'request body is not valid JSON: it does not end with "}"'
     end
     return nil
-end
-
--- Is `body` all ASCII (no byte above 0x7f)? Then it is valid UTF-8 and the PCRE
--- check (sluice.router) is not needed. Eight bytes at a time (a JSON body is
--- mostly ASCII): ~8 times fewer steps than PCRE's own UTF-8 scan, and no regex call.
-function _M.ascii(body)
-    local n = #body
-    local words = rshift(n, 3)
-    local w = ffi_cast(U64, body)
-    for i = 0, words - 1 do
-        if band(w[i], HIGH_BITS) ~= NONE then
-            return false
-        end
-    end
-    local b = ffi_cast(U8, body)
-    for i = words * 8, n - 1 do
-        if b[i] > 127 then
-            return false
-        end
-    end
-    return true
 end
 
 -- Must the body be decoded for the compiled model `m` at `endpoint`? (An unknown

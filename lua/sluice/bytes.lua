@@ -1,13 +1,21 @@
--- Byte scans of what a request brings (its URI, its key): one pass each over the
+-- Byte scans of what a request brings (its URI, its key, its body, the variables
+-- nginx joins for it): one pass each over the
 -- bytes, which LuaJIT compiles (a plain string.find per character class costs
 -- several times as much; a pattern find is not compiled at all). Pure: runs under
 -- plain luajit (tests/lua/test_bytes.lua).
 local ffi = require("ffi")
+local bit = require("bit")
 
 local ffi_cast = ffi.cast
+local band = bit.band
+local rshift = bit.rshift
+local str_find = string.find
 local str_sub = string.sub
 
 local U8 = ffi.typeof("const uint8_t *")
+local U64 = ffi.typeof("const uint64_t *")
+local HIGH_BITS = 0x8080808080808080ULL   -- the top bit of each of 8 bytes
+local NONE = 0ULL
 local SPACE, HASH, PERCENT, DOT, SLASH, QUESTION = 32, 35, 37, 46, 47, 63
 local TAB, CR = 9, 13   -- \t \n \v \f \r are 9 to 13
 
@@ -46,6 +54,44 @@ function _M.has_space(s)
         end
     end
     return false
+end
+
+-- Is `s` all ASCII (no byte above 0x7f)? Then it is valid UTF-8 and the PCRE check
+-- (sluice.router) is not needed. Eight bytes at a time (a JSON body is mostly
+-- ASCII): ~8 times fewer steps than PCRE's own UTF-8 scan, and no regex call.
+function _M.ascii(s)
+    local n = #s
+    local words = rshift(n, 3)
+    local w = ffi_cast(U64, s)
+    for i = 0, words - 1 do
+        if band(w[i], HIGH_BITS) ~= NONE then
+            return false
+        end
+    end
+    local b = ffi_cast(U8, s)
+    for i = words * 8, n - 1 do
+        if b[i] > 127 then
+            return false
+        end
+    end
+    return true
+end
+
+-- The first three fields of `s`, newline-separated, each nil when empty: the maps of
+-- nginx.conf.tmpl that join several variables into one (one lookup by name from Lua
+-- instead of one per variable; a newline is in no request line, header or status).
+function _M.fields(s)
+    local a = str_find(s, "\n", 1, true)
+    if not a then
+        return s ~= "" and s or nil
+    end
+    local first = a > 1 and str_sub(s, 1, a - 1) or nil
+    local b = str_find(s, "\n", a + 1, true)
+    if not b then
+        return first, a < #s and str_sub(s, a + 1) or nil
+    end
+    return first, b > a + 1 and str_sub(s, a + 1, b - 1) or nil,
+           b < #s and str_sub(s, b + 1) or nil
 end
 
 return _M

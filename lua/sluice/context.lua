@@ -133,14 +133,18 @@ local function request_ref()
     return tonumber(ffi_cast(UINTPTR, get_request()))
 end
 
--- The entry of this request (or of the public request of this subrequest), or nil.
-local function saved_ref()
+-- The registry number and context of this request (or of the public request of
+-- this subrequest); nil when there is none.
+local function find_saved()
     local ref = request_ref()
-    if registry[ref] then
-        return ref
+    local ctx = registry[ref]
+    if ctx then
+        return ref, ctx
     end
     ref = tonumber(ngx_var.sluice_ctx_ref)
-    return registry[ref] and ref or nil
+    if ref then
+        return ref, registry[ref]
+    end
 end
 
 -- Access phase of the public location, first thing: the request's context, made
@@ -163,8 +167,7 @@ function _M.restore()
     if ctx.ref then
         return ctx
     end
-    local ref = saved_ref()
-    local saved = ref and registry[ref]
+    local _, saved = find_saved()
     if not saved then
         return ctx
     end
@@ -176,8 +179,7 @@ end
 -- After ngx.exec to an https backend's trust location (lua/sluice/upstream_tls.lua):
 -- the same pass goes on, so the context comes back whole (sets ngx.ctx).
 function _M.resume()
-    local ref = saved_ref()
-    local saved = ref and registry[ref]
+    local _, saved = find_saved()
     if not saved then
         ngx_log(ERR, "TLS location reached without a request context")
         return ngx.exit(500)
@@ -192,8 +194,8 @@ function _M.finish()
     local ctx = ngx.ctx
     local ref = ctx.ref
     if not ref then
-        ref = saved_ref()
-        local saved = ref and registry[ref]
+        local saved
+        ref, saved = find_saved()
         if not saved then
             return ctx
         end

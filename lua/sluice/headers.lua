@@ -6,26 +6,18 @@
 -- $sluice_request_facts (nginx/nginx.conf.tmpl) look them up in C, so a request
 -- reads one variable instead of six. An empty header counts as absent, as the
 -- readers below take it.
-local ngx_var = ngx.var
-local str_find = string.find
-local str_sub = string.sub
-local str_byte = string.byte
+local fields = require("sluice.bytes").fields
 
-local NEWLINE = 10   -- "\n": in neither a request line nor a header value
+local ngx_var = ngx.var
 
 local _M = {}
 
 -- Access, first thing: "<rare>\n<$request_uri>\n<$http_authorization>" split (sets
 -- ctx.rare_headers, ctx.request_uri and ctx.authorization, nil when absent).
 function _M.read(ctx)
-    local facts = ngx_var.sluice_request_facts
-    local a = str_byte(facts, 1) == NEWLINE and 1 or 2   -- $sluice_rare_headers: "" or "1"
-    ctx.rare_headers = a == 2
-    local b = str_find(facts, "\n", a + 1, true)
-    ctx.request_uri = str_sub(facts, a + 1, b - 1)
-    if b < #facts then
-        ctx.authorization = str_sub(facts, b + 1)
-    end
+    local rare, uri, authz = fields(ngx_var.sluice_request_facts)
+    ctx.rare_headers = rare ~= nil
+    ctx.request_uri, ctx.authorization = uri, authz
 end
 
 -- Does the request carry any of the four? (sets ctx.rare_headers, unless read() has)

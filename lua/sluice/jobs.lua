@@ -69,8 +69,7 @@ end
 function _M.authenticate(snap, ctx)
     local given = headers.rare(ctx) and ngx_var.http_x_sluice_worker_token
     if not given or given == "" then
-        -- the Authorization header as sluice.headers read it (false: none)
-        return auth.authenticate(snap, ctx.request_uri and (ctx.authorization or false))
+        return auth.authenticate(snap, ctx.authorization)
     end
     -- never forwarded to a backend, whatever happens next
     ngx_req.clear_header("X-Sluice-Worker-Token")

@@ -25,6 +25,7 @@ local relay = require("sluice.relay")
 local requestid = require("sluice.requestid")
 local steps = require("sluice.steps")
 local headers = require("sluice.headers")
+local fields = require("sluice.bytes").fields
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
 local ngx = ngx
@@ -38,8 +39,6 @@ local ngx_exec = ngx.exec
 local HTTP_OK = ngx.HTTP_OK
 local ERR = ngx.ERR
 local tonumber = tonumber
-local str_find = string.find
-local str_sub = string.sub
 
 local _M = {}
 
@@ -244,19 +243,6 @@ function _M.body_filter()
     end
 end
 
--- $upstream_status, $upstream_response_time (nil when no backend was tried) and
--- $bytes_sent, read as one variable ($sluice_log_facts, a map in nginx.conf.tmpl:
--- "<statuses>|<times>|<bytes>"): one lookup by name instead of three.
-local function log_facts()
-    local facts = ngx_var.sluice_log_facts
-    local a = str_find(facts, "|", 1, true)
-    local b = str_find(facts, "|", a + 1, true)
-    if a == 1 then   -- no backend was tried
-        return nil, nil, str_sub(facts, b + 1)
-    end
-    return str_sub(facts, 1, a - 1), str_sub(facts, a + 1, b - 1), str_sub(facts, b + 1)
-end
-
 function _M.log()
     local ctx = context.finish()
     if ctx.looped and backend_answered(ctx) then
@@ -265,7 +251,9 @@ function _M.log()
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
     admission.release(ctx)
     usage.log(ctx)
-    local statuses, times, bytes_sent = log_facts()
+    -- $upstream_status, $upstream_response_time (nil: no backend tried), $bytes_sent,
+    -- as one variable ($sluice_log_facts, a map in nginx.conf.tmpl)
+    local statuses, times, bytes_sent = fields(ngx_var.sluice_log_facts)
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
     -- from this request: both, in order, as nginx lists several attempts (a relayed
     -- fallback's ctx.upstream_* hold them all already)

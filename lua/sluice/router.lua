@@ -10,7 +10,7 @@ local ngx_req = ngx.req
 local re_find = ngx.re.find
 local type = type
 local shape_error = body_rules.shape_error
-local ascii = body_rules.ascii
+local ascii = require("sluice.bytes").ascii
 local needs_doc = body_rules.needs_doc
 
 local _M = {}

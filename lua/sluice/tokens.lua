@@ -21,6 +21,7 @@ local scan = require("sluice.scan")
 
 local ngx = ngx
 local ngx_var = ngx.var
+local fields = require("sluice.bytes").fields
 local ngx_arg = ngx.arg
 local str_find = string.find
 local str_sub = string.sub
@@ -153,13 +154,12 @@ function _M.body_filter(ctx)
     end
     local chunk, eof = ngx_arg[1], ngx_arg[2]
     if ctx.usage_sse == nil then
-        -- the answer the caller gets (after a conversion's header filter), in one
-        -- variable: "<Content-Length>|<Content-Type>" ($sluice_sent_body, a map in
+        -- the answer the caller gets (after a conversion's header filter): its
+        -- Content-Length and Content-Type in one variable ($sluice_sent_body, a map in
         -- nginx.conf.tmpl: the headers as nginx keeps them, no header list to scan)
-        local sent = ngx_var.sluice_sent_body
-        local bar = str_find(sent, "|", 1, true)
-        ctx.usage_sse = str_find(sent, "text/event-stream", bar + 1, true) ~= nil
-        ctx.usage_len = bar > 1 and tonumber(str_sub(sent, 1, bar - 1)) or nil
+        local len, ct = fields(ngx_var.sluice_sent_body)
+        ctx.usage_sse = ct ~= nil and str_find(ct, "text/event-stream", 1, true) ~= nil
+        ctx.usage_len = len and tonumber(len)
         ctx.usage_n, ctx.usage_bytes = 0, 0
     end
     if ctx.usage_sse then

@@ -130,7 +130,7 @@ function _M.forward(ctx, b, relayed)
         ngx_var.sluice_tls_cert = t.cert
         ngx_var.sluice_tls_key = t.key
     end
-    if t.location and not relayed then
+    if not relayed then
         -- the context is already in the registry (context.new, first in access)
         return ngx_exec(t.location)
     end

@@ -1,6 +1,6 @@
 -- Byte scans (sluice/bytes.lua): which request URIs location / proxies as they came
--- (exactly those whose path nginx's $uri leaves byte for byte), and whitespace in a
--- key, against Lua's own %s.
+-- (exactly those whose path nginx's $uri leaves byte for byte), whitespace in a key
+-- against Lua's own %s, all-ASCII bodies, and nginx's joined variables split.
 local uri = require("sluice.bytes")
 
 local T = {}
@@ -35,6 +35,38 @@ function T.has_space_is_luas_percent_s()
     end
     assert(not uri.has_space(""))
     assert(not uri.has_space("sk-bench-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"))
+end
+
+-- ascii() is exact at every length and position: 8-byte words and the tail.
+function T.ascii_finds_any_high_byte()
+    for n = 0, 40 do
+        local s = string.rep("a", n)
+        assert(uri.ascii(s), n)
+        for i = 1, n do
+            for _, c in ipairs({ "\128", "\195", "\255" }) do
+                local t = s:sub(1, i - 1) .. c .. s:sub(i + 1)
+                assert(not uri.ascii(t), n .. ":" .. i)
+            end
+        end
+    end
+    assert(uri.ascii("\0\1\127 {}\n"))
+    assert(not uri.ascii('{"text": "caf\195\169"}'))
+end
+
+-- fields() splits nginx's joined variables: empty fields are nil.
+function T.fields_split_on_newlines()
+    local a, b, c = uri.fields("1\n/v1/x?a=1\nBearer k")
+    assert(a == "1" and b == "/v1/x?a=1" and c == "Bearer k")
+    a, b, c = uri.fields("\n/v1/x\n")
+    assert(a == nil and b == "/v1/x" and c == nil)
+    a, b, c = uri.fields("\n\n1234")
+    assert(a == nil and b == nil and c == "1234")
+    a, b = uri.fields("12\ntext/event-stream")
+    assert(a == "12" and b == "text/event-stream")
+    a, b = uri.fields("\napplication/json")
+    assert(a == nil and b == "application/json")
+    a, b = uri.fields("\n")
+    assert(a == nil and b == nil)
 end
 
 return T
