@@ -2,11 +2,15 @@
 -- Each either returns what a full decode would give, or nil: the caller then decodes
 -- (a scan never guesses). Pure Lua (no ngx): unit-tested with plain luajit against
 -- cjson's decode of the same texts (tests/lua/test_scan.lua).
+local bytes = require("sluice.bytes")
+
+local find = bytes.find   -- plain find by memmem (see there)
+local flat_quotes = bytes.flat_quotes
+
 local str_find = string.find
 local str_sub = string.sub
 local str_byte = string.byte
 local ipairs = ipairs
-local tonumber = tonumber
 
 local _M = {}
 
@@ -19,6 +23,7 @@ end
 -- Lua's %s: the bytes a pattern's whitespace class takes (JSON's are the first four)
 local SPACE = { [32] = true, [9] = true, [10] = true, [13] = true, [11] = true, [12] = true }
 local ZERO, NINE = 48, 57
+local MAX_DIGITS = 15   -- any 15-digit integer is exact in a double
 local COLON, OPEN, COMMA = 58, 123, 44
 
 -- The first index at or after `i` of `s` that is not whitespace, and its byte.
@@ -38,7 +43,7 @@ end
 -- each, measured with bench/instructions.py --luajit).
 local function count(seg, name)
     local key = KEY[name]
-    local _, e = str_find(seg, key, 1, true)
+    local _, e = find(seg, key, 1)
     if not e then
         return false
     end
@@ -48,8 +53,10 @@ local function count(seg, name)
     end
     local first = skip_space(seg, i + 1)
     local j = first
+    local value = 0   -- read as the digits go by: no substring, no tonumber()
     b = str_byte(seg, j)
     while b and b >= ZERO and b <= NINE do
+        value = value * 10 + (b - ZERO)
         j = j + 1
         b = str_byte(seg, j)
     end
@@ -60,10 +67,13 @@ local function count(seg, name)
     if j - first > 1 and str_byte(seg, first) == ZERO then
         return nil      -- leading zero
     end
-    if str_find(seg, key, j - 1, true) then
+    if j - first > MAX_DIGITS then
+        return nil      -- past what a double holds exactly when read digit by digit
+    end
+    if find(seg, key, j - 1) then
         return nil      -- there twice
     end
-    return tonumber(str_sub(seg, first, j - 1))
+    return value
 end
 
 -- prompt_tokens, completion_tokens and total_tokens of the `"usage":{...}` object
@@ -90,14 +100,9 @@ function _M.usage(body, at)
         return nil
     end
     local seg = str_sub(body, i + 1, close - 1)
-    if str_find(seg, "{", 1, true) or str_find(seg, "[", 1, true)
-       or str_find(seg, "\\", 1, true) then
+    local quotes = flat_quotes(seg)
+    if not quotes then
         return nil      -- a nested object or array, or an escape: decode
-    end
-    local quotes, q = 0, str_find(seg, '"', 1, true)
-    while q do
-        quotes = quotes + 1
-        q = str_find(seg, '"', q + 1, true)
     end
     if quotes % 2 == 1 then
         return nil      -- the "}" was inside a string: decode

@@ -22,6 +22,7 @@ local scan = require("sluice.scan")
 local ngx = ngx
 local ngx_var = ngx.var
 local fields = require("sluice.bytes").fields
+local find = require("sluice.bytes").find   -- plain find by memmem: "usage" in an answer
 local ngx_arg = ngx.arg
 local str_find = string.find
 local str_sub = string.sub
@@ -98,7 +99,7 @@ local function take_body(ctx, body)
     if #body > MAX_BODY then
         return
     end
-    local at = str_find(body, '"usage"', 1, true)
+    local at = find(body, '"usage"', 1)
     if not at then
         return
     end

@@ -1,10 +1,13 @@
 -- Usage per consumer, model and UTC day, for the controller to collect into Postgres
 -- (usage_daily), and the fleet's usage pushed back so that quotas survive restarts.
 --
--- Counting (hot path, shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>"
--- with f = r (requests), p / c / t (prompt / completion / total tokens). One incr in
--- access when the plan admitted the request (what the quota counters count too), up
--- to three in log when the answer reported `usage` (consumers on a plan). Cumulative since the gateway
+-- Counting (shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>" with
+-- f = r (requests), p / c / t (prompt / completion / total tokens). A request adds
+-- one to r in access when the plan admitted it (what the quota counters count too),
+-- and its tokens in log when the answer reported `usage` (consumers on a plan), to a
+-- per-worker buffer (plain Lua numbers); the metrics flush (sluice.metrics: every
+-- second, at worker exit, and when GET /internal/usage asks: metrics.sync) adds the
+-- buffer into the dict, as it does for sluice.stats. Cumulative since the gateway
 -- started; "boot" (a random id, kept across `nginx -s reload`, new on a restart) and
 -- "started_at" let the controller take differences safely (docs/contracts.md).
 --
@@ -16,6 +19,8 @@
 local cjson = require("cjson.safe")
 local plans = require("sluice.plans")
 local limits = require("sluice.limits")
+local metrics = require("sluice.metrics")
+local clear_tab = require("table.clear")
 
 local ngx = ngx
 local ngx_time = ngx.time
@@ -39,9 +44,13 @@ local FIELDS = { "r", "p", "c", "t" }
 
 local _M = {}
 
--- worker-local: keys[consumer id][model] = { r =, p =, c =, t = } for day `day`,
--- so the hot path concatenates nothing after a key's first use in a day
-local sec, day, ttl, keys = nil, nil, nil, {}
+-- worker-local: keys[consumer id][model] = the counters of that row for day `day`:
+-- its dict keys { r =, p =, c =, t = }, when they expire (`expires`, unix s), and
+-- what this worker has counted since its last flush (nr, np, nc, nt), so the hot path
+-- concatenates nothing after a row's first use in a day and calls no dict at all
+local sec, day, expires, keys = nil, nil, nil, {}
+-- the rows with counts not yet in the dict
+local dirty, n_dirty = {}, 0
 
 local function keys_for(cid, model)
     local now = ngx_time()
@@ -50,8 +59,8 @@ local function keys_for(cid, model)
         local d = os_date("!%Y%m%d", now)
         if d ~= day then
             day, keys = d, {}
+            expires = now + limits.to_next_day(now) + KEEP
         end
-        ttl = limits.to_next_day(now) + KEEP
     end
     local per = keys[cid]
     if not per then
@@ -61,11 +70,53 @@ local function keys_for(cid, model)
     local k = per[model]
     if not k then
         local base = day .. "|" .. cid .. "|" .. model .. "|"
-        k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t" }
+        k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t",
+              expires = expires, nr = 0, np = 0, nc = 0, nt = 0, dirty = false }
         per[model] = k
     end
     return k
 end
+
+-- Add `n` to field `f` ("nr", "np", "nc" or "nt") of row `k`, in this worker's buffer.
+local function count(k, f, n)
+    k[f] = k[f] + n
+    if not k.dirty then
+        k.dirty = true
+        n_dirty = n_dirty + 1
+        dirty[n_dirty] = k
+    end
+end
+
+local function put(key, n, ttl)
+    if n ~= 0 then
+        local _, err = dict:incr(key, n, 0, ttl)
+        if err then
+            ngx_log(ERR, "usage counter: ", err)
+        end
+    end
+end
+
+-- The buffer into the dict (sluice.metrics calls it with its own flush).
+local function flush()
+    if n_dirty == 0 then
+        return
+    end
+    local now = ngx_time()
+    for i = 1, n_dirty do
+        local k = dirty[i]
+        local ttl = k.expires - now
+        if ttl > 0 then   -- else the row's day is long gone: nobody collects it now
+            put(k.r, k.nr, ttl)
+            put(k.p, k.np, ttl)
+            put(k.c, k.nc, ttl)
+            put(k.t, k.nt, ttl)
+        end
+        k.nr, k.np, k.nc, k.nt, k.dirty = 0, 0, 0, 0, false
+    end
+    clear_tab(dirty)
+    n_dirty = 0
+end
+metrics.on_flush(flush)
 
 local function random_id()
     local f = io_open("/dev/urandom", "rb")
@@ -105,10 +156,7 @@ end
 -- answer would cost ~6 us of CPU per request, this function ~0.1 us (bench/README.md).
 function _M.count(ctx, endpoint, consumer, model_name)
     local k = keys_for(consumer.key_id, model_name)
-    local _, err = dict:incr(k.r, 1, 0, ttl)
-    if err then
-        ngx_log(ERR, "usage counter: ", err)
-    end
+    count(k, "nr", 1)
     ctx.usage_keys = k
     local kind = endpoint.kind
     if consumer.plan_id and (kind == "chat" or kind == "completion") then
@@ -123,7 +171,7 @@ function _M.uncount(ctx)
     if k then
         ctx.usage_keys = nil
         ctx.usage_scan = false
-        dict:incr(k.r, -1, 0, ttl)
+        count(k, "nr", -1)
     end
 end
 
@@ -136,9 +184,9 @@ function _M.log(ctx)
     end
     local p = ctx.prompt_tokens
     local c = ctx.completion_tokens
-    if p then dict:incr(k.p, p, 0, ttl) end
-    if c then dict:incr(k.c, c, 0, ttl) end
-    dict:incr(k.t, total, 0, ttl)
+    if p then count(k, "np", p) end
+    if c then count(k, "nc", c) end
+    count(k, "nt", total)
 end
 
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
@@ -147,6 +195,7 @@ end
 -- controller pushes again when the last push was applied under another snapshot:
 -- plans may have changed).
 function _M.report(snap)
+    metrics.sync()   -- every worker's buffer first: the counts of every answered request
     local boot, started = ensure_boot()
     local counters = {}
     for _, key in pairs(dict:get_keys(0)) do

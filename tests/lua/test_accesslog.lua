@@ -36,6 +36,19 @@ function T.msec_three_decimals()
     assert(accesslog.msec(1764435000.0996) == "1764435000.100")
 end
 
+-- Numbers read as tostring() writes them, whether whole and small (made once per
+-- worker and reused) or not: the second line of the same numbers reads the same.
+function T.numbers_as_tostring()
+    for _ = 1, 2 do
+        local line = accesslog.line({ queue_ms = 2.5, prompt_tokens = 0 }, 1764435000, "POST",
+                                    "/p", 503, nil, nil, nil, "m", "", 70000, 65535)
+        local doc = assert(cjson.decode(line))
+        assert(doc.status == "503" and doc.latency_ms == "70000" and doc.upstream_ms == "65535")
+        assert(doc.queue_ms == "2.5" and doc.prompt_tokens == "0" and doc.completion_tokens == "")
+        assert(doc.time == "1764435000.000" and doc.bytes_sent == "")
+    end
+end
+
 local KEYS = { "time", "request_id", "consumer", "plan", "model", "route", "backend",
                "method", "path", "status", "latency_ms", "upstream_ms", "prompt_tokens",
                "completion_tokens", "cache", "error_type", "bytes_sent", "excerpt",

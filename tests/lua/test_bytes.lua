@@ -69,4 +69,32 @@ function T.fields_split_on_newlines()
     assert(a == nil and b == nil)
 end
 
+-- bytes.find is string.find(s, needle, init, true), on the texts and needles of the
+-- usage scan and on every start position, ends and misses included.
+function T.find_is_plain_string_find()
+    local texts = { "", "a", '"usage"', '{"usage":{"prompt_tokens":5}}', "aaaa", "abcabcabd",
+                    '{"id":"x","usage":{"total_tokens":7},"usage":1}', "\0\n\"" }
+    local needles = { '"usage"', '"', "a", "aa", "abd", "}", '"total_tokens"', "zz", "\"" }
+    for _, s in ipairs(texts) do
+        for _, needle in ipairs(needles) do
+            for init = 1, #s + 2 do
+                local i, j = uri.find(s, needle, init)
+                local ei, ej = string.find(s, needle, init, true)
+                assert(i == ei and j == ej, ("%q in %q from %d: %s,%s, not %s,%s"):format(
+                    needle, s, init, tostring(i), tostring(j), tostring(ei), tostring(ej)))
+            end
+        end
+        assert(uri.find(s, "a") == string.find(s, "a", 1, true))
+    end
+end
+
+function T.flat_quotes_counts_quotes_of_flat_text()
+    assert(uri.flat_quotes("") == 0)
+    assert(uri.flat_quotes('"prompt_tokens":5,"total_tokens":7') == 4)
+    assert(uri.flat_quotes('"a":"b') == 3)
+    for _, s in ipairs({ '"a":{', '"a":[1]', '"a\\"b"', "{", "[", "\\" }) do
+        assert(uri.flat_quotes(s) == nil, s)
+    end
+end
+
 return T

@@ -125,8 +125,8 @@ end
 function T.generated_objects_agree_with_the_decode()
     math.randomseed(13)
     local SPACES = { "", " ", "  ", "\n", "\t", "\r\n " }
-    local PLAIN = { "0", "7", "12", "4096", "123456789" }
-    local ODD = { "5.0", "1e3", "-2", "007", "null", '"3"', "true" }
+    local PLAIN = { "0", "7", "12", "4096", "123456789", "123456789012345" }
+    local ODD = { "5.0", "1e3", "-2", "007", "null", '"3"', "true", "1234567890123456" }
     local function ws() return SPACES[math.random(#SPACES)] end
     local answered = 0
     for _ = 1, 3000 do
