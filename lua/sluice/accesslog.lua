@@ -1,10 +1,11 @@
 -- The access-log line of a public request, made whole here and written by nginx's
--- buffered access_log (log_format sluice_json '$sluice_log_line' in
+-- buffered access_log (log_format sluice_json '$sl_line' in
 -- nginx/nginx.conf.tmpl, escape=none): one variable set per request instead of ten looked
 -- up by name, and no per-field formatting in nginx. The bytes are those nginx's
 -- `escape=json` made from the same fields before (tests/lua/test_accesslog.lua).
 -- Pure: no ngx.*, so it runs under plain luajit.
 local buffer = require("string.buffer")
+local count = require("sluice.decimal").of   -- statuses, milliseconds, token counts
 
 local str_find = string.find
 local str_gsub = string.gsub
@@ -71,28 +72,6 @@ end
 -- The same as a string (the unit tests).
 function _M.msec(now)
     return put_msec(buffer.new(), now):tostring()
-end
-
--- Small whole numbers (statuses, milliseconds, token counts) as the strings a line
--- carries, made once per worker: a number put into the buffer goes through LuaJIT's
--- general "%.14g" formatter (~250 instructions each, three or more per line).
-local COUNT_MAX = 65535
-local counts = {}
-
--- `v`, a number, a string of characters JSON leaves as they are, or nil ("").
-local function count(v)
-    if type(v) ~= "number" then
-        return v == nil and "" or v
-    end
-    local s = counts[v]
-    if s then
-        return s
-    end
-    s = tostring(v)   -- "%.14g", as the buffer writes a number
-    if v >= 0 and v <= COUNT_MAX and v == floor(v) then
-        counts[v] = s
-    end
-    return s
 end
 
 -- `v`, a number or a string of characters JSON leaves as they are ("" for nil): ids

@@ -42,6 +42,7 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local type = type
 local pairs = pairs
+local setmetatable = setmetatable
 local tostring = tostring
 local floor = math.floor
 local ceil = math.ceil
@@ -58,6 +59,14 @@ local MAX_WAIT_MS = 600000
 local RANKS = { best_effort = 1, standard = 2, critical = 3 }
 local NAMES = { "best_effort", "standard", "critical" }
 local STANDARD = RANKS.standard
+
+-- backend id -> its in-flight key "b:<id>", made once per worker rather than
+-- concatenated twice per request
+local key_of = setmetatable({}, { __index = function(t, id)
+    local k = "b:" .. id
+    t[id] = k
+    return k
+end })
 
 local _M = { BEST_EFFORT_SHARE = BEST_EFFORT_SHARE, CRITICAL_HEADROOM = CRITICAL_HEADROOM }
 
@@ -165,7 +174,7 @@ local function load(pool, moved)
     for i = 1, pool.n do
         if eff[i] > 0 then
             local b = backends[i]
-            local n = dict:get("b:" .. b.id_s) or 0
+            local n = dict:get(key_of[b.id_s]) or 0
             local m = b.max_in_flight
             if sat and sat[b.id_s] then
                 m, full = n, true
@@ -254,11 +263,11 @@ function _M.buffers(snap, consumer)
 end
 
 local function leave(id)
-    local n, err = dict:incr("b:" .. id, -1, 0)
+    local n, err = dict:incr(key_of[id], -1, 0)
     if not n then
         ngx_log(ERR, "in-flight count of backend ", id, " unavailable: ", err)
     elseif n < 0 then
-        dict:set("b:" .. id, 0)   -- cannot happen; never let it drift below zero
+        dict:set(key_of[id], 0)   -- cannot happen; never let it drift below zero
     end
 end
 
@@ -273,7 +282,7 @@ function _M.attempt(ctx)
     if prior then
         leave(prior)
     end
-    local _, err = dict:incr("b:" .. id, 1, 0)
+    local _, err = dict:incr(key_of[id], 1, 0)
     if err then
         ngx_log(ERR, "in-flight count of backend ", id, " unavailable: ", err)
         ctx.inflight = nil
@@ -295,7 +304,7 @@ end
 
 -- Requests in flight to backend `id` (string).
 function _M.in_flight(id)
-    return dict:get("b:" .. id) or 0
+    return dict:get(key_of[id]) or 0
 end
 
 -- Requests waiting for a slot, per model served and class, over its pools:

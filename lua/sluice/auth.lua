@@ -3,7 +3,6 @@
 -- shaped like a JWT (three dot-separated parts) go to sluice.jwt.
 local digest = require("openssl.digest")
 local jwt = require("sluice.jwt")
-local lrucache = require("resty.lrucache")
 local has_space = require("sluice.bytes").has_space
 
 local ngx = ngx
@@ -20,20 +19,26 @@ local MAX_KEY_LEN = 512   -- longer "keys" are refused without hashing
 
 local _M = {}
 
--- key -> sha256 hex. Worker-local; a key's hash never changes, so no versioning.
-local hashes = assert(lrucache.new(CACHE_SIZE))
+-- key -> sha256 hex. Worker-local; a key's hash never changes, so no versioning. A
+-- plain table (a lookup per request, where an LRU moves its entry every time),
+-- started over when CACHE_SIZE keys are in it.
+local hashes, n_hashes = {}, 0
 
 local function hex_byte(c)
     return str_format("%02x", str_byte(c))
 end
 
 local function sha256_hex(s)
-    local h = hashes:get(s)
+    local h = hashes[s]
     if h then
         return h
     end
     h = str_gsub(digest.new("sha256"):final(s), ".", hex_byte)
-    hashes:set(s, h)
+    if n_hashes >= CACHE_SIZE then
+        hashes, n_hashes = {}, 0
+    end
+    hashes[s] = h
+    n_hashes = n_hashes + 1
     return h
 end
 _M.sha256_hex = sha256_hex

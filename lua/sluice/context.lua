@@ -23,7 +23,7 @@
 --  plain_path         endpoints     the same string when the caller's $request_uri path
 --                                   is it unescaped (nil: nginx normalised it); then
 --                                   location / proxies to it without a URI variable
---  request_id         requestid     X-Request-Id kept or made (also $sluice_request_id,
+--  request_id         requestid     X-Request-Id kept or made (also $sl_id,
 --                                   which proxy_set_header and the log line read)
 --  request_id_made    requestid     request_id was made here (then it is the trace id)
 --  attributes         steps         what routing conditions test (auth's consumer
@@ -40,7 +40,6 @@
 --  request_len        router        the body's length in bytes
 --  excerpt            pii           PII-masked start of the body, when enabled
 --  slot               policy        concurrency key held (false: none / given back)
---  rl_limit, rl_remaining, rl_reset   policy   X-RateLimit-* of a limited consumer
 --  quota_daily, quota_monthly  policy  request-quota counters counted (given back by
 --                                   policy.undo when the request is buffered as a job)
 --  token_key          tokens        token reservation counter (false: settled)

@@ -3,7 +3,7 @@
 -- Prefer, X-Sluice-Worker-Token), its $request_uri and its Authorization header.
 -- Reading a variable by name from Lua costs ~700 instructions (nginx hashes the name,
 -- then, for a header, scans the headers); nginx's maps $sluice_rare_headers and
--- $sluice_request_facts (nginx/nginx.conf.tmpl) look them up in C, so a request
+-- $sl_req (nginx/nginx.conf.tmpl) look them up in C, so a request
 -- reads one variable instead of six. An empty header counts as absent, as the
 -- readers below take it.
 local fields = require("sluice.bytes").fields
@@ -15,7 +15,7 @@ local _M = {}
 -- Access, first thing: "<rare>\n<$request_uri>\n<$http_authorization>" split (sets
 -- ctx.rare_headers, ctx.request_uri and ctx.authorization, nil when absent).
 function _M.read(ctx)
-    local rare, uri, authz = fields(ngx_var.sluice_request_facts)
+    local rare, uri, authz = fields(ngx_var.sl_req)
     ctx.rare_headers = rare ~= nil
     ctx.request_uri, ctx.authorization = uri, authz
 end

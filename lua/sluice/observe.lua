@@ -32,13 +32,13 @@ local str_find = string.find
 local gmatch = string.gmatch
 
 local NO_PLAN = "none"
-local LOG_VAR = "sluice_log_line"
+local LOG_VAR = "sl_line"
 local ERR_BUF_SIZE = 256
 
 -- The worker's buffer for the access-log line (one request's log phase at a time).
 local line = buffer.new(1024)
 
--- $sluice_log_line = the bytes of `buf`, by the FFI call resty.core's ngx.var uses
+-- $sl_line = the bytes of `buf`, by the FFI call resty.core's ngx.var uses
 -- (declared there), given the buffer's bytes instead of a Lua string: nginx copies
 -- them into the request's pool.
 local function set_log_line(buf)
@@ -102,7 +102,7 @@ end
 
 -- Log phase (runs before nginx's access_log writes the line), given
 -- $upstream_response_time and $bytes_sent (read once by phases.log): the metrics, and
--- the line (sluice.accesslog) in $sluice_log_line, the one variable log_format
+-- the line (sluice.accesslog) in $sl_line, the one variable log_format
 -- sluice_json reads.
 function _M.log(ctx, upstream_times, bytes_sent)
     local model = ctx.model_name or ""

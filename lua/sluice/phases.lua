@@ -213,7 +213,6 @@ function _M.header_filter()
         ctx.relay_status = ngx.status
         note_upstream(ctx)
     end
-    policy.headers(ctx)
     convert.header_filter(ctx)
     cache.header_filter(ctx)
     routes.header(ctx, ngx_header)
@@ -252,8 +251,8 @@ function _M.log()
     admission.release(ctx)
     usage.log(ctx)
     -- $upstream_status, $upstream_response_time (nil: no backend tried), $bytes_sent,
-    -- as one variable ($sluice_log_facts, a map in nginx.conf.tmpl)
-    local statuses, times, bytes_sent = fields(ngx_var.sluice_log_facts)
+    -- as one variable ($sl_logf, a map in nginx.conf.tmpl)
+    local statuses, times, bytes_sent = fields(ngx_var.sl_logf)
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
     -- from this request: both, in order, as nginx lists several attempts (a relayed
     -- fallback's ctx.upstream_* hold them all already)

@@ -56,10 +56,10 @@ local WAIT_S = 60   -- one wait for a stream's next piece (the backend timeout e
 
 -- What proxy_pass and proxy_set_header read, set in the access phase: the server's
 -- `set`s run again at the start of a subrequest and would empty them.
-local VARS = { "sluice_ctx_ref", "sluice_request_id", "sluice_upstream_host",
+local VARS = { "sluice_ctx_ref", "sl_id", "sl_host",
                "sluice_upstream_uri", "sluice_upstream_auth", "sluice_upstream_tls",
                "sluice_tls_name", "sluice_tls_cert", "sluice_tls_key",
-               "sluice_traceparent" }
+               "sl_tp" }
 -- the subrequest's framing, not the answer's
 local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
               connection = true, ["keep-alive"] = true }

@@ -1,5 +1,5 @@
 -- Request ids: X-Request-Id as the caller sent it when it is a sane token, else one
--- made here (ctx.request_id and $sluice_request_id, which proxy_set_header and the
+-- made here (ctx.request_id and $sl_id, which proxy_set_header and the
 -- log line read).
 local rand = require("openssl.rand")
 local headers = require("sluice.headers")
@@ -36,12 +36,12 @@ local function new_request_id()
         _M.init_worker()
     end
     id_seq = id_seq + 1
-    return id_prefix .. str_format("%016x", id_seq)
+    return str_format("%s%016x", id_prefix, id_seq)   -- one string made, not two
 end
 
 -- Keep a valid incoming X-Request-Id, else a new one; sets ctx.request_id (and
 -- ctx.request_id_made for a new one: sluice.trace takes it as the trace id) and
--- $sluice_request_id (which proxy_set_header and the log line read).
+-- $sl_id (which proxy_set_header and the log line read).
 function _M.take(ctx)
     local id = ctx.request_id
     if id then
@@ -53,7 +53,7 @@ function _M.take(ctx)
         ctx.request_id_made = true
     end
     ctx.request_id = id
-    ngx_var.sluice_request_id = id
+    ngx_var.sl_id = id
     return id
 end
 

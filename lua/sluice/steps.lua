@@ -41,7 +41,7 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     end
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path and credentials, so the URI and Authorization still fit.
-    ngx_var.sluice_upstream_host = backend.host_header
+    ngx_var.sl_host = backend.host_header
     -- unset, the variable reads "" (no header sent): written only when there is a
     -- credential, or one of an earlier pass (the fallback's) to clear
     local credential = backend.auth_header

@@ -156,9 +156,9 @@ function _M.body_filter(ctx)
     local chunk, eof = ngx_arg[1], ngx_arg[2]
     if ctx.usage_sse == nil then
         -- the answer the caller gets (after a conversion's header filter): its
-        -- Content-Length and Content-Type in one variable ($sluice_sent_body, a map in
+        -- Content-Length and Content-Type in one variable ($sl_sent, a map in
         -- nginx.conf.tmpl: the headers as nginx keeps them, no header list to scan)
-        local len, ct = fields(ngx_var.sluice_sent_body)
+        local len, ct = fields(ngx_var.sl_sent)
         ctx.usage_sse = ct ~= nil and str_find(ct, "text/event-stream", 1, true) ~= nil
         ctx.usage_len = len and tonumber(len)
         ctx.usage_n, ctx.usage_bytes = 0, 0

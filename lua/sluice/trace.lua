@@ -81,7 +81,7 @@ end
 
 -- Access phase (and the error page of a request that never reached access), after
 -- sluice.requestid: this request's trace and span (sets ctx.trace_id, ctx.span_id, ctx.parent_span_id for
--- the log line, and $sluice_traceparent, which proxy_set_header sends).
+-- the log line, and $sl_tp, which proxy_set_header sends).
 function _M.start(ctx)
     if ctx.trace_id then
         return
@@ -93,7 +93,7 @@ function _M.start(ctx)
         flags = "01"
     end
     ctx.trace_id, ctx.span_id, ctx.parent_span_id = trace_id, span, parent
-    ngx_var.sluice_traceparent = "00-" .. trace_id .. "-" .. span .. "-" .. flags
+    ngx_var.sl_tp = "00-" .. trace_id .. "-" .. span .. "-" .. flags
 end
 
 return _M

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
+from backend_http import Backend, entry, served
+
 PLAN_KEY = "sk-test-planned-0123456789abcdef"   # consumer 3, on plan "p"
 
 
@@ -55,6 +57,37 @@ def test_burst_then_429_with_retry_after(gateway_factory, helpers, backends):
     # a consumer without a plan is not limited and gets no rate-limit headers
     r = helpers.chat(gw)
     assert r.status_code == 200 and "X-RateLimit-Limit" not in r.headers
+
+
+class _LimitedBackend(Backend):
+    """An OpenAI backend that sends rate-limit headers of its own."""
+
+    def do_POST(self):
+        self.read_body()
+        self.answer(200, b'{"id":"c","object":"chat.completion","choices":[{"index":0,'
+                         b'"message":{"role":"assistant","content":"hi"},'
+                         b'"finish_reason":"stop"}]}',
+                    headers={"X-RateLimit-Limit": "999", "X-RateLimit-Remaining": "998",
+                             "X-RateLimit-Reset": "60"})
+
+
+def test_a_backends_own_rate_limit_headers_never_reach_the_caller(gateway_factory, helpers,
+                                                                  backends):
+    with served(_LimitedBackend) as port:
+        gw = gateway_factory(workers=1)
+        snap = planned_snapshot(helpers, backends, {"rate_per_second": 0.01, "burst": 3})
+        snap["models"]["own-limits"] = {"id": 9, "name": "own-limits", "timeout_ms": 5000,
+                                        "backends": [entry(5, "limited", "openai", port)]}
+        assert gw.push(snap).status_code == 200
+        # a limited consumer sees the gateway's limits, not the backend's
+        r = helpers.chat(gw, model="own-limits", key=PLAN_KEY)
+        assert r.status_code == 200, r.text
+        assert (r.headers["X-RateLimit-Limit"], r.headers["X-RateLimit-Remaining"]) == ("3", "2")
+        assert "999" not in r.headers["X-RateLimit-Limit"]
+        # a consumer without a plan sees none
+        r = helpers.chat(gw, model="own-limits")
+        assert r.status_code == 200, r.text
+        assert not [h for h in r.headers if h.lower().startswith("x-ratelimit")]
 
 
 def _hammer(gw, helpers, threads: int, per_thread: int | None, seconds: float | None,

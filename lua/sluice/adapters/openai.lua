@@ -76,7 +76,7 @@ function _M.decode(endpoint, doc, model)
 end
 
 local function response_id(ireq)
-    return (ireq.kind == "chat" and "chatcmpl-" or "cmpl-") .. (ngx.var.sluice_request_id or "")
+    return (ireq.kind == "chat" and "chatcmpl-" or "cmpl-") .. (ngx.var.sl_id or "")
 end
 _M.response_id = response_id
 
