@@ -93,6 +93,11 @@ end
 -- does not sample: they queued in one bucket of the string table, and each new one
 -- was compared with those not yet collected (~5,000 instructions a request, more as
 -- the collector fell behind).
+-- Two runs of fields most lines leave empty, each written as one piece when all of
+-- it is (a piece put is a call and a copy, ~30 instructions: ~16 fewer per line).
+local NO_USAGE = '","prompt_tokens":"","completion_tokens":"","cache":"","error_type":"'
+local NO_EXTRAS = '","excerpt":"","fallback":"","queue_ms":"","upstream_error":"'
+
 function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan, model,
                 backend, latency_ms, upstream_ms)
     buf:put('{"time":"')
@@ -102,14 +107,25 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
             '","model":"', esc(model), '","route":"', esc(ctx.route),
             '","backend":"', esc(backend), '","method":"', method,
             '","path":"', esc(path), '","status":"', count(status),
-            '","latency_ms":"', count(latency_ms), '","upstream_ms":"', count(upstream_ms),
-            '","prompt_tokens":"', count(ctx.prompt_tokens),
-            '","completion_tokens":"', count(ctx.completion_tokens),
-            '","cache":"', plain(ctx.cache_status), '","error_type":"', plain(ctx.error_type),
-            '","bytes_sent":"', plain(bytes_sent), '","excerpt":"', esc(ctx.excerpt),
-            '","fallback":"', esc(ctx.fallback), '","queue_ms":"', count(ctx.queue_ms),
-            '","upstream_error":"', esc(ctx.upstream_error),
-            '","trace_id":"', plain(ctx.trace_id), '","span_id":"', plain(ctx.span_id),
+            '","latency_ms":"', count(latency_ms), '","upstream_ms":"', count(upstream_ms))
+    local p, c, cache, err = ctx.prompt_tokens, ctx.completion_tokens, ctx.cache_status,
+                             ctx.error_type
+    if p == nil and c == nil and cache == nil and err == nil then
+        buf:put(NO_USAGE)
+    else
+        buf:put('","prompt_tokens":"', count(p), '","completion_tokens":"', count(c),
+                '","cache":"', plain(cache), '","error_type":"', plain(err))
+    end
+    buf:put('","bytes_sent":"', plain(bytes_sent))
+    local excerpt, fallback, queue_ms, up_err = ctx.excerpt, ctx.fallback, ctx.queue_ms,
+                                                ctx.upstream_error
+    if excerpt == nil and fallback == nil and queue_ms == nil and up_err == nil then
+        buf:put(NO_EXTRAS)
+    else
+        buf:put('","excerpt":"', esc(excerpt), '","fallback":"', esc(fallback),
+                '","queue_ms":"', count(queue_ms), '","upstream_error":"', esc(up_err))
+    end
+    buf:put('","trace_id":"', plain(ctx.trace_id), '","span_id":"', plain(ctx.span_id),
             '","parent_span_id":"', plain(ctx.parent_span_id), '"}')
     return buf
 end

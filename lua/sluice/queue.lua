@@ -53,6 +53,7 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
 local pairs = pairs
+local setmetatable = setmetatable
 local tostring = tostring
 local max = math.max
 local floor = math.floor
@@ -70,6 +71,14 @@ local SCAN = 64        -- consumers one look may skip; stale tickets are all dro
 local RETRY_AFTER = 1
 
 local _M = { POLL = POLL, PER_SLOT = PER_SLOT, MIN_PLACES = MIN_PLACES }
+
+-- pool's queue key -> its depth key "n:<key>", made once per worker: every request
+-- of a pool reads it in its log phase (dispatch)
+local depth_key = setmetatable({}, { __index = function(t, P)
+    local k = "n:" .. P
+    t[P] = k
+    return k
+end })
 
 metrics.register("sluice_queue_wait_seconds", "histogram",
                  "Time requests waited in the gateway for a slot of a saturated pool.",
@@ -93,7 +102,7 @@ end
 
 local function decr_depth(P, c)
     dict:incr("n:" .. P .. ":" .. c, -1, 0)
-    dict:incr("n:" .. P, -1, 0)
+    dict:incr(depth_key[P], -1, 0)
 end
 
 local function wake(t)
@@ -140,7 +149,7 @@ end
 -- Hand free slots of `pool` to its waiters, highest class first. Any phase: no I/O.
 function _M.dispatch(pool)
     local P = pool.qkey
-    if (dict:get("n:" .. P) or 0) <= 0 then
+    if (dict:get(depth_key[P]) or 0) <= 0 then
         return
     end
     local rkey = "r:" .. P
@@ -187,7 +196,7 @@ end
 -- Waiters of `pool` whose class is `rank` or higher.
 function _M.ahead(pool, rank)
     local P = pool.qkey
-    if (dict:get("n:" .. P) or 0) <= 0 then
+    if (dict:get(depth_key[P]) or 0) <= 0 then
         return 0
     end
     local n = 0
@@ -220,7 +229,7 @@ end
 local function join(P, c, who, t, bound)
     dict:set("w:" .. t, true, bound + KEEP)
     dict:incr("n:" .. P .. ":" .. c, 1, 0)
-    dict:incr("n:" .. P, 1, 0)
+    dict:incr(depth_key[P], 1, 0)
     local pc = P .. ":" .. c
     local ok, err = dict:rpush("q:" .. pc .. ":" .. who, t)
     if not ok then
@@ -252,7 +261,7 @@ end
 function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
     local P = pool.qkey
     local places = max(MIN_PLACES, PER_SLOT * cap)
-    if (dict:get("n:" .. P) or 0) >= places and not (rank == 3 and preempt(P)) then
+    if (dict:get(depth_key[P]) or 0) >= places and not (rank == 3 and preempt(P)) then
         metrics.inc("sluice_queue_outcomes_total", 1, model_name, class, "full")
         return 503, "backend_unavailable", "model " .. model_name .. " is saturated and its "
                .. "queue is full (" .. places .. " waiting)", { retry_after = RETRY_AFTER }

@@ -49,6 +49,22 @@ function T.numbers_as_tostring()
     end
 end
 
+-- A line whose optional fields are absent reads as one whose fields are set empty
+-- (absent runs are written as one piece each).
+function T.absent_fields_read_as_empty_ones()
+    local empty = { request_id = "r", prompt_tokens = "", completion_tokens = "",
+                    cache_status = "", error_type = "", excerpt = "", fallback = "",
+                    queue_ms = "", upstream_error = "", trace_id = "t", span_id = "s" }
+    local absent = { request_id = "r", trace_id = "t", span_id = "s" }
+    local args = { 1764435000.25, "POST", "/v1/x", 200, "10", "c", "p", "m", "b", 3, 2 }
+    assert(accesslog.line(absent, unpack(args)) == accesslog.line(empty, unpack(args)))
+    for _, k in ipairs({ "prompt_tokens", "cache_status", "excerpt", "queue_ms" }) do
+        local one = { request_id = "r", trace_id = "t", span_id = "s", [k] = 7 }
+        local doc = assert(cjson.decode(accesslog.line(one, unpack(args))))
+        assert(doc[k == "cache_status" and "cache" or k] == "7", k)
+    end
+end
+
 local KEYS = { "time", "request_id", "consumer", "plan", "model", "route", "backend",
                "method", "path", "status", "latency_ms", "upstream_ms", "prompt_tokens",
                "completion_tokens", "cache", "error_type", "bytes_sent", "excerpt",
