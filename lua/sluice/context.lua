@@ -18,7 +18,7 @@
 --  rare_headers       headers       the request carries X-Request-Id, traceparent, Prefer
 --                                   or X-Sluice-Worker-Token (sluice/headers.lua)
 --  request_uri, authorization   headers   $request_uri and the Authorization header
---                                   (nil: none), read with rare_headers as one variable
+--                                   (nil: none), read with rare_headers in one walk
 --  uri                endpoints     $uri as access found it (the log line's "path")
 --  plain_path         endpoints     the same string when the caller's $request_uri path
 --                                   is it unescaped (nil: nginx normalised it); then

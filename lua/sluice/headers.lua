@@ -1,23 +1,66 @@
--- What access reads of every request, as ONE nginx variable: whether it carries one
--- of the request headers most requests do not carry (X-Request-Id, traceparent,
--- Prefer, X-Sluice-Worker-Token), its $request_uri and its Authorization header.
--- Reading a variable by name from Lua costs ~700 instructions (nginx hashes the name,
--- then, for a header, scans the headers); nginx's maps $sluice_rare_headers and
--- $sl_req (nginx/nginx.conf.tmpl) look them up in C, so a request
--- reads one variable instead of six. An empty header counts as absent, as the
--- readers below take it.
-local fields = require("sluice.bytes").fields
+-- What access reads of every request's headers, in one walk over nginx's list of
+-- them: its Authorization header, and whether it carries one of the headers most
+-- requests do not carry (X-Request-Id, traceparent, Prefer, X-Sluice-Worker-Token).
+-- The walk goes through the FFI functions ngx.req.get_headers is made of, but makes
+-- no table and no string but the Authorization value: reading the same as nginx
+-- variables ($http_authorization and a map over the four others, which scans the
+-- list once per header) cost ~2,500 instructions a request, this ~400
+-- (bench/README.md, issue 13, session 7). An empty header counts as absent, as the
+-- readers below take it. $request_uri is read here too, as a variable.
+local ffi = require("ffi")
+local base = require("resty.core.base")
+require("resty.core.request")   -- declares the ngx_http_lua_ffi_req_get_headers* calls
 
+-- libc's memcmp (declared here unless another module has: a second cdef would fail)
+pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
+
+local C = ffi.C
+local ffi_cast = ffi.cast
+local ffi_str = ffi.string
+local get_request = base.get_request
+local get_string_buf = base.get_string_buf
 local ngx_var = ngx.var
+
+local ELTS = ffi.typeof("ngx_http_lua_ffi_table_elt_t *")
+local ELT_SIZE = ffi.sizeof("ngx_http_lua_ffi_table_elt_t")
+local ALL = 0   -- no limit on the headers listed (a negative count means 100)
+local LOWER = 0   -- the names lower-cased, as nginx keeps them beside the originals
+local truncated = ffi.new("int[1]")
+
+local AUTHORIZATION = "authorization"
+-- the rare ones by the length of their lower-case names
+local RARE = { [12] = "x-request-id", [11] = "traceparent", [6] = "prefer",
+               [21] = "x-sluice-worker-token" }
 
 local _M = {}
 
--- Access, first thing: "<rare>\n<$request_uri>\n<$http_authorization>" split (sets
--- ctx.rare_headers, ctx.request_uri and ctx.authorization, nil when absent).
+-- Access, first thing: sets ctx.authorization (nil: none or empty), ctx.rare_headers
+-- (true: one of the four above is there, not empty) and ctx.request_uri.
 function _M.read(ctx)
-    local rare, uri, authz = fields(ngx_var.sl_req)
-    ctx.rare_headers = rare ~= nil
-    ctx.request_uri, ctx.authorization = uri, authz
+    local r = get_request()
+    local authz, rare = nil, false
+    local n = C.ngx_http_lua_ffi_req_get_headers_count(r, ALL, truncated)
+    if n > 0 then
+        local list = ffi_cast(ELTS, get_string_buf(n * ELT_SIZE))
+        C.ngx_http_lua_ffi_req_get_headers(r, list, n, LOWER)
+        for i = 0, n - 1 do
+            local h = list[i]
+            local len, vlen = h.key.len, h.value.len
+            if vlen > 0 then
+                if len == 13 then
+                    -- nginx refuses a second Authorization: this is the one
+                    if authz == nil and C.memcmp(h.key.data, AUTHORIZATION, 13) == 0 then
+                        authz = ffi_str(h.value.data, vlen)
+                    end
+                elseif not rare then
+                    local name = RARE[len]
+                    rare = name ~= nil and C.memcmp(h.key.data, name, len) == 0
+                end
+            end
+        end
+    end
+    ctx.rare_headers, ctx.authorization = rare, authz
+    ctx.request_uri = ngx_var.request_uri
 end
 
 -- Does the request carry any of the four? (sets ctx.rare_headers, unless read() has)

@@ -80,6 +80,30 @@ def test_caller_credentials_never_reach_backend(served, helpers):
     assert r.headers["X-Demo-Saw-Authorization"] == "no"
 
 
+def test_credentials_and_request_id_found_among_many_headers(served, helpers):
+    # access walks the header list once (lua/sluice/headers.lua): the key after a
+    # hundred other headers, names in any case, an empty header taken as absent
+    few = {f"X-Filler-{i}": "v" for i in range(90)}
+    r = helpers.chat(served, key=None, headers={**few, "AUTHORIZATION": f"Bearer {helpers.KEY}",
+                                                "x-REQUEST-id": "late-id-1"})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Request-Id"] == "late-id-1"
+    # past a hundred (ngx.req.get_headers' default limit) the gateway still finds them;
+    # the demo backend, a Python http.server, refuses more than 100 headers itself
+    many = {f"X-Filler-{i}": "v" for i in range(120)}
+    r = helpers.chat(served, key=None, headers={**many, "AUTHORIZATION": f"Bearer {helpers.KEY}",
+                                                "x-REQUEST-id": "late-id-2"})
+    err = helpers.assert_error(r, 431, "invalid_request")
+    assert err["message"] == "the backend refused the request (431)"
+    assert r.headers["X-Request-Id"] == "late-id-2"
+    r = helpers.chat(served, key=None, headers={"Authorization": "", "X-Request-Id": "",
+                                                "X-API-Key": helpers.KEY})
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-Id"])
+    helpers.assert_error(helpers.chat(served, key=None, headers={"Authorization": ""}),
+                         401, "unauthorized")
+
+
 def test_missing_key_is_401(served, helpers):
     helpers.assert_error(helpers.chat(served, key=None), 401, "unauthorized")
     r = helpers.chat(served, key=None, headers={"Authorization": "Basic Zm9vOmJhcg=="})
