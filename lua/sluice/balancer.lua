@@ -29,6 +29,7 @@ local min = math.min
 local ceil = math.ceil
 local huge = math.huge
 local tonumber = tonumber
+local type = type
 local pairs = pairs
 local str_find = string.find
 local str_sub = string.sub
@@ -141,9 +142,14 @@ function _M.balance(ctx, model)
         return ngx_exit(500)
     end
     local idx = ctx.backend_index
-    local tried = ctx.tried
-    if tried then
-        -- a retry: the previous backend failed to connect or answered 5xx
+    if ctx.tries then
+        -- a retry: the previous backend failed to connect or answered 5xx. `tried`,
+        -- this pass's indexes, is made on the first retry (one attempt needs none).
+        local tried = ctx.tried
+        if not tried then
+            tried = { idx }
+            ctx.tried = tried
+        end
         local state, code = get_last_failure()
         local prev = pool.backends[idx]
         ngx_log(ERR, "backend ", prev.name or prev.id, " (", prev.host, ":", prev.port,
@@ -155,7 +161,6 @@ function _M.balance(ctx, model)
         tried[#tried + 1] = idx
         ctx.tries = #tried
     else
-        ctx.tried = { idx }
         ctx.tries = 1
         local first = pool.backends[idx]
         local others = 0
@@ -174,11 +179,14 @@ function _M.balance(ctx, model)
 
     local b = pool.backends[idx]
     -- for the log phase: every attempt of every pass (the fallback's too), in order
+    -- one attempt: its id; more: a list (no table for the usual single attempt)
     local ids = ctx.tried_ids
-    if ids then
-        ids[#ids + 1] = b.id_s
+    if ids == nil then
+        ctx.tried_ids = b.id_s
+    elseif type(ids) == "string" then
+        ctx.tried_ids = { ids, b.id_s }
     else
-        ctx.tried_ids = { b.id_s }
+        ids[#ids + 1] = b.id_s
     end
     local ok, err = set_current_peer(b.host, b.port)
     if not ok then
@@ -233,22 +241,30 @@ local function item(s, n)
     return str_sub(s, pos, sep and sep - 1 or -1)
 end
 
+-- The outcome of attempt `n`, at backend `id`, into the stats and the breaker.
+local function record(id, statuses, times, n, cfg)
+    local status = tonumber(item(statuses, n) or "")
+    if status then
+        local ok = status < 500
+        local ms = times and ms_of(item(times, n) or "")
+        stats.record(id, ok, ms)
+        breaker.record(id, ok, cfg)
+    end
+end
+
 -- Log phase: each attempt's outcome into the stats and the breaker (dict calls
--- only). `tried` is ctx.tried_ids ({"3", "7"}: backend ids in attempt order),
--- `statuses` / `times` are $upstream_status / $upstream_response_time.
+-- only). `tried` is ctx.tried_ids (backend ids in attempt order: "3" for one attempt,
+-- {"3", "7"} for more), `statuses` / `times` are $upstream_status /
+-- $upstream_response_time.
 function _M.log(tried, statuses, times, cfg)
     if not statuses then
         return
     end
+    if type(tried) == "string" then
+        return record(tried, statuses, times, 1, cfg)
+    end
     for n = 1, #tried do
-        local id = tried[n]
-        local status = tonumber(item(statuses, n) or "")
-        if status then
-            local ok = status < 500
-            local ms = times and ms_of(item(times, n) or "")
-            stats.record(id, ok, ms)
-            breaker.record(id, ok, cfg)
-        end
+        record(tried[n], statuses, times, n, cfg)
     end
 end
 

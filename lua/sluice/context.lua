@@ -55,8 +55,9 @@
 --  pool               balancer      pool of the chosen backend
 --  backend_index      balancer      index of the backend in pool.backends
 --  breaker_cfg        balancer      the snapshot's breaker settings
---  tried, tries       balancer      indexes tried in this pass, their count
---  tried_ids          balancer      backend ids tried, every pass ("3,7" for the log)
+--  tries, tried       balancer      attempts in this pass; their indexes (made on a retry)
+--  tried_ids          balancer      backend ids tried, every pass: "3" for one attempt,
+--                                   {"3", "7"} for more
 --  inflight           admission     backend id whose in-flight count this holds
 --  queue_slot         queue         pool whose slot this waiter was handed, until the
 --                                   balancer counts it (sluice/queue.lua)
