@@ -9,7 +9,9 @@
 -- nginx variable, $sluice_ctx_ref); the redirected location (error page, fallback)
 -- and the log phase put the same table back, and the log phase frees the entry. A
 -- registry entry lives from access to log of one request; the worker that stashed
--- it is the worker that restores it (a request never changes worker).
+-- it is the worker that restores it (a request never changes worker). After its
+-- log phase the table itself, emptied, serves a next request of the worker
+-- (recycle): no 64-slot table is made and collected per request.
 --
 --  field              owner         what
 --  ---------------------------------------------------------------------------------
@@ -98,6 +100,7 @@
 -- backend; a restored context starts a new pass without them (restore() clears them).
 local metrics = require("sluice.metrics")
 local new_tab = require("table.new")
+local clear_tab = require("table.clear")
 local get_request = require("resty.core.base").get_request
 local ffi_cast = require("ffi").cast
 
@@ -124,6 +127,11 @@ metrics.register("sluice_request_contexts", "gauge",
                  { "worker" })
 
 local registry = {}   -- ref -> ctx, per worker
+-- Contexts of finished requests, emptied, for the next requests of this worker: a
+-- 64-slot table made and collected per request was about half of what a request
+-- gave LuaJIT's collector (bench/README.md, issue 13, session 7).
+local SPARE_MAX = 64
+local spare, n_spare = {}, 0
 
 -- The registry number of this request: its ngx_http_request_t's address, which an
 -- internal redirect keeps (no variable to write per request). A subrequest has its
@@ -151,7 +159,14 @@ end
 -- with room for its fields and findable after a redirect (sets ngx.ctx and ctx.ref;
 -- nothing has written the context yet).
 function _M.new()
-    local ctx = new_tab(0, FIELDS)
+    local ctx
+    if n_spare > 0 then   -- emptied by recycle(): as new, its slots already made
+        ctx = spare[n_spare]
+        spare[n_spare] = nil
+        n_spare = n_spare - 1
+    else
+        ctx = new_tab(0, FIELDS)
+    end
     ngx.ctx = ctx
     local ref = request_ref()
     registry[ref] = ctx
@@ -203,6 +218,20 @@ function _M.finish()
     end
     registry[ref] = nil
     return ctx
+end
+
+-- Log phase, last thing: the request's context, emptied, for a next request. Safe
+-- here: the log phase is the request's last Lua; nginx frees the request right after
+-- it, in the same call (its user threads, a relay's subrequest among them, are over
+-- or killed unrun; no timer or module table keeps a context), and finish() has taken
+-- it out of the registry. Only contexts new() made (ctx.ref): not the fresh ngx.ctx
+-- of a request nginx refused before access.
+function _M.recycle(ctx)
+    if ctx.ref and n_spare < SPARE_MAX then
+        clear_tab(ctx)
+        n_spare = n_spare + 1
+        spare[n_spare] = ctx
+    end
 end
 
 -- Entries held: requests of this worker between access and log; 0 when idle.

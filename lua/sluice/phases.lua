@@ -267,6 +267,7 @@ function _M.log()
     if ids then
         balancer.log(ids, statuses, times, ctx.breaker_cfg or breaker_defaults)
     end
+    context.recycle(ctx)   -- nothing reads it after this
 end
 
 -- @sluice_fallback: a model's fallback after its backend timed out.

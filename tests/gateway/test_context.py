@@ -2,7 +2,7 @@
 one registry entry per request, freed in the log phase: whatever the outcome, the
 registry empties once requests are over (the sluice_request_contexts gauge)."""
 import requests
-from gateway_readings import scrape
+from gateway_readings import access_lines, scrape
 from waiting import eventually
 
 
@@ -33,3 +33,49 @@ def test_every_outcome_frees_its_context(gateway, helpers, backends, dead_port):
     held = eventually(lambda: (v := _contexts_held(gateway)) and all(x == 0 for x in v)
                       and v, timeout=10)
     assert held == [0] * gateway.cfg.workers
+
+
+PLAN_KEY = "sk-test-context-plan-0123456789ab"
+
+
+def test_concurrent_requests_each_keep_their_own_context(gateway_factory, helpers, backends):
+    # A worker hands a finished request's context, emptied, to its next request
+    # (context.recycle): requests of every kind, many at once, on two workers, must
+    # each answer and log with their own facts only.
+    from concurrent.futures import ThreadPoolExecutor
+
+    gw = gateway_factory(workers=2)
+    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
+    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None, "plan_id": 7}
+    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
+                                                "prefix": PLAN_KEY[:10], "expires_at": None}
+    snap["plans"] = {"7": {"id": 7, "name": "p", "rate_per_second": 1000, "burst": 100000}}
+    assert gw.push(snap).status_code == 200
+    kinds = {  # kind -> (key, model, status, consumer in the log line, plan)
+        "plan": (PLAN_KEY, "chat-demo", 200, "planned", "p"),
+        "plain": (helpers.KEY, "chat-demo", 200, "alice", "none"),
+        "unknown": (helpers.KEY, "nope", 404, "alice", "none"),
+        "nokey": (None, "chat-demo", 401, "", ""),
+    }
+    order = [k for _ in range(40) for k in kinds]
+
+    def call(i_kind):
+        i, kind = i_kind
+        key, model, _, _, _ = kinds[kind]
+        r = helpers.chat(gw, model=model, key=key, headers={"X-Request-Id": f"ctx-{i}-{kind}"})
+        return i, kind, r
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, enumerate(order)))
+    for i, kind, r in results:
+        _, _, status, _, _ = kinds[kind]
+        assert r.status_code == status, (kind, r.text)
+        assert r.headers["X-Request-Id"] == f"ctx-{i}-{kind}"
+        assert ("X-RateLimit-Limit" in r.headers) == (kind == "plan"), (kind, r.headers)
+    lines = {line["request_id"]: line for line in access_lines(gw, len(order))}
+    for i, kind, _ in results:
+        _, model, status, consumer, plan = kinds[kind]
+        line = lines[f"ctx-{i}-{kind}"]
+        assert (line["status"], line["consumer"], line["plan"]) == (str(status), consumer, plan)
+        assert line["model"] == (model if status == 200 else "")
+        assert line["error_type"] == {200: "", 404: "not_found", 401: "unauthorized"}[status]
