@@ -189,6 +189,32 @@ def test_converted_answer_over_http2(tls_gw, helpers, ca_file):
     assert json.loads(answer)["choices"][0]["message"]["content"] == "v2: " + TEXT
 
 
+def test_converted_answer_over_http2_carries_the_plans_rate_limit_headers_once(
+        tls_gw, helpers, ca_file, protocol_backends):
+    # the HTTP/1.1 pass of an HTTP/2 request counts the plan and sets X-RateLimit-*
+    # (add_header); the HTTP/2 pass hides a backend's own but passes those through
+    key = "sk-test-h2-plan-0123456789abcdef"
+    b = protocol_backends
+    snap = helpers.make_snapshot(2, {"chat-demo": (5000, [b["openai"].entry(1)]),
+                                     "v2": (5000, [b["kserve_v2"].entry(2)])})
+    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
+                              "plan_id": 7}
+    snap["keys"][helpers.key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                                           "expires_at": None}
+    snap["plans"] = {"7": {"id": 7, "name": "p", "rate_per_second": 0.01, "burst": 5}}
+    assert tls_gw.push(snap).status_code == 200
+    body = json.dumps({"model": "v2", "messages": [{"role": "user", "content": TEXT}]})
+    res = curl("--http2", "--cacert", ca_file, "-D", "-", "-o", "/dev/null",
+               "-H", f"Authorization: Bearer {key}", "-H", "Content-Type: application/json",
+               "-d", body, tls_gw.tls_url + "/v1/chat/completions")
+    assert res.returncode == 0, res.stderr
+    lines = [line.strip().lower() for line in res.stdout.splitlines()]
+    assert lines[0].startswith("http/2 200"), res.stdout
+    assert [ln for ln in lines if ln.startswith("x-ratelimit-")] == [
+        "x-ratelimit-limit: 5", "x-ratelimit-remaining: 4",
+        [ln for ln in lines if ln.startswith("x-ratelimit-reset")][0]], res.stdout
+
+
 class _Odd(Backend):
     """A backend for the HTTP/2 relay tests: as KServe v1 (predict) a 200 whose body
     cannot be converted; as OpenAI its own 504."""
