@@ -88,14 +88,16 @@ def test_credentials_and_request_id_found_among_many_headers(served, helpers):
                                                 "x-REQUEST-id": "late-id-1"})
     assert r.status_code == 200, r.text
     assert r.headers["X-Request-Id"] == "late-id-1"
-    # past a hundred (ngx.req.get_headers' default limit) the gateway still finds them;
-    # the demo backend, a Python http.server, refuses more than 100 headers itself
+    # past a hundred (ngx.req.get_headers' default limit) the gateway still finds them
+    # and forwards the request; the demo backend, a Python http.server, may refuse
+    # that many headers itself (431, in the template), which is past authentication
     many = {f"X-Filler-{i}": "v" for i in range(120)}
     r = helpers.chat(served, key=None, headers={**many, "AUTHORIZATION": f"Bearer {helpers.KEY}",
                                                 "x-REQUEST-id": "late-id-2"})
-    err = helpers.assert_error(r, 431, "invalid_request")
-    assert err["message"] == "the backend refused the request (431)"
     assert r.headers["X-Request-Id"] == "late-id-2"
+    if r.status_code != 200:
+        err = helpers.assert_error(r, 431, "invalid_request")
+        assert err["message"] == "the backend refused the request (431)"
     r = helpers.chat(served, key=None, headers={"Authorization": "", "X-Request-Id": "",
                                                 "X-API-Key": helpers.KEY})
     assert r.status_code == 200, r.text
