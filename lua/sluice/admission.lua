@@ -34,6 +34,7 @@ local weights = require("sluice.weights")
 local metrics = require("sluice.metrics")
 local queue = require("sluice.queue")
 local cjson = require("cjson.safe")
+local memo = require("sluice.memo")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -42,7 +43,6 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local type = type
 local pairs = pairs
-local setmetatable = setmetatable
 local tostring = tostring
 local floor = math.floor
 local ceil = math.ceil
@@ -62,11 +62,7 @@ local STANDARD = RANKS.standard
 
 -- backend id -> its in-flight key "b:<id>", made once per worker rather than
 -- concatenated twice per request
-local key_of = setmetatable({}, { __index = function(t, id)
-    local k = "b:" .. id
-    t[id] = k
-    return k
-end })
+local key_of = memo.prefixed("b:")
 
 local _M = { BEST_EFFORT_SHARE = BEST_EFFORT_SHARE, CRITICAL_HEADROOM = CRITICAL_HEADROOM }
 

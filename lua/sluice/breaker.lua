@@ -9,6 +9,7 @@
 -- "probes:<id>" probes taken in this half-open period; "gen" moves on every state
 -- change so workers rebuild their view of a pool only then (and when a cooldown ends).
 local moved = require("sluice.moved")
+local memo = require("sluice.memo")
 
 local ngx = ngx
 local ngx_now = ngx.now
@@ -19,7 +20,6 @@ local floor = math.floor
 local type = type
 local pairs = pairs
 local tostring = tostring
-local setmetatable = setmetatable
 
 local dict = ngx.shared.sluice_breaker
 
@@ -36,11 +36,7 @@ local _M = { DEFAULTS = DEFAULTS }
 
 -- id -> "open:<id>", and id -> the request-count key of the current bucket: built
 -- once per backend (and bucket), not concatenated on every request
-local open_key = setmetatable({}, { __index = function(t, id)
-    local k = "open:" .. id
-    t[id] = k
-    return k
-end })
+local open_key = memo.prefixed("open:")
 local count_key = {}   -- id -> { bucket, "n:<id>:<bucket>" }
 
 local function n_key(id, b)

@@ -46,6 +46,7 @@
 -- worse trouble).
 local semaphore = require("ngx.semaphore")
 local metrics = require("sluice.metrics")
+local memo = require("sluice.memo")
 
 local ngx = ngx
 local ngx_now = ngx.now
@@ -53,7 +54,6 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
 local pairs = pairs
-local setmetatable = setmetatable
 local tostring = tostring
 local max = math.max
 local floor = math.floor
@@ -74,11 +74,7 @@ local _M = { POLL = POLL, PER_SLOT = PER_SLOT, MIN_PLACES = MIN_PLACES }
 
 -- pool's queue key -> its depth key "n:<key>", made once per worker: every request
 -- of a pool reads it in its log phase (dispatch)
-local depth_key = setmetatable({}, { __index = function(t, P)
-    local k = "n:" .. P
-    t[P] = k
-    return k
-end })
+local depth_key = memo.prefixed("n:")
 
 metrics.register("sluice_queue_wait_seconds", "histogram",
                  "Time requests waited in the gateway for a slot of a saturated pool.",

@@ -7,6 +7,7 @@
 -- (metrics.sync), so it sees every attempt finished before it.
 local cjson = require("cjson.safe")
 local metrics = require("sluice.metrics")
+local memo = require("sluice.memo")
 
 local ngx = ngx
 local pairs = pairs
@@ -22,14 +23,13 @@ local LAST = 5
 local _M = { LAST = LAST }
 
 -- id -> its keys, made once per backend rather than concatenated per request
-local keys = setmetatable({}, { __index = function(t, id)
+local keys = memo.new(function(id)
     local k = { ok = "ok:" .. id, fail = "fail:" .. id, lati = "lati:" .. id }
     for slot = 0, LAST - 1 do
         k[slot] = "lat:" .. id .. ":" .. slot
     end
-    t[id] = k
     return k
-end })
+end)
 
 -- This worker's buffer: id -> successes, failures; id -> the latencies since the
 -- last flush (a ring of the last LAST: [0..LAST-1], and `n` ever put).

@@ -119,6 +119,17 @@ def make_snapshot(version: int, models: dict, consumers: dict | None = None,
     }
 
 
+def add_planned(snap: dict, key: str, plan: dict, name: str = "planned",
+                plan_name: str = "p") -> dict:
+    """Consumer 3 (`name`) on plan 7 (`plan_name` with the limits in `plan`), with API
+    key `key` (key id 9), added to snapshot `snap`; returns `snap`."""
+    snap["consumers"]["3"] = {"id": 3, "name": name, "allowed_models": None, "plan_id": 7}
+    snap["keys"][key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                                   "expires_at": None}
+    snap["plans"] = {"7": {"id": 7, "name": plan_name, **plan}}
+    return snap
+
+
 @pytest.fixture
 def default_snapshot(backends):
     """chat-demo on openai-a, predict-demo on predict-a."""
@@ -232,4 +243,4 @@ def helpers():
     """The helpers above, for test modules (importing conftest is fragile)."""
     return SimpleNamespace(KEY=KEY, KEY_LIMITED=KEY_LIMITED, KEY_EXPIRED=KEY_EXPIRED,
                            key_hash=key_hash, make_snapshot=make_snapshot, chat=chat,
-                           assert_error=assert_error)
+                           assert_error=assert_error, add_planned=add_planned)

@@ -20,11 +20,7 @@ def test_js_client_against_the_gateway(gateway_factory, helpers, backends, dead_
         "predict-demo": (5000, [backends["predict-a"].entry(2)]),
         "empty-demo": (5000, []),               # no backend: 503 backend_unavailable
     })
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "tiny", "rate_per_second": 0.5, "burst": 1}}
+    helpers.add_planned(snap, PLAN_KEY, {"rate_per_second": 0.5, "burst": 1}, plan_name="tiny")
     gw = gateway_factory()
     r = gw.push(snap)
     assert r.status_code == 200, r.text

@@ -22,12 +22,7 @@ def planned_snapshot(helpers, backends, plan: dict) -> dict:
         "predict-demo": (5000, [backends["predict-a"].entry(2)]),
         "empty-demo": (5000, []),               # no backend: 503 backend_unavailable
     })
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "tiny", **plan}}
-    return snap
+    return helpers.add_planned(snap, PLAN_KEY, plan, plan_name="tiny")
 
 
 @pytest.fixture

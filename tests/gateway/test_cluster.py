@@ -19,12 +19,7 @@ PLAN_KEY = "sk-test-cluster-0123456789abcdef"   # consumer 3, on plan "p"
 
 def snapshot(helpers, backends, plan: dict) -> dict:
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
-    snap["consumers"]["3"] = {"id": 3, "name": "clustered", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "p", **plan}}
-    return snap
+    return helpers.add_planned(snap, PLAN_KEY, plan, name="clustered")
 
 
 def pair(gateway_factory, helpers, backends, plan, redis=None, failure="open"):

@@ -46,10 +46,7 @@ def test_concurrent_requests_each_keep_their_own_context(gateway_factory, helper
 
     gw = gateway_factory(workers=2)
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None, "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "p", "rate_per_second": 1000, "burst": 100000}}
+    helpers.add_planned(snap, PLAN_KEY, {"rate_per_second": 1000, "burst": 100000})
     assert gw.push(snap).status_code == 200
     kinds = {  # kind -> (key, model, status, consumer in the log line, plan)
         "plan": (PLAN_KEY, "chat-demo", 200, "planned", "p"),

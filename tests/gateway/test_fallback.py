@@ -188,13 +188,9 @@ def test_stream_that_stalls_midway_is_cut_not_replaced(gateway_factory, helpers,
 def test_limits_are_charged_once(gateway_factory, helpers, backends, protocol_backends, slow):
     gw = gateway_factory()
     snap = snapshot(helpers, backends, protocol_backends, slow)
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "p", "rate_per_second": None, "burst": None,
-                           "max_concurrent": 1, "daily_requests": 2,
-                           "monthly_requests": None, "monthly_tokens": None}}
+    helpers.add_planned(snap, PLAN_KEY, {"rate_per_second": None, "burst": None,
+                                         "max_concurrent": 1, "daily_requests": 2,
+                                         "monthly_requests": None, "monthly_tokens": None})
     assert gw.push(snap).status_code == 200
     body = {"model": "precise", "messages": [{"role": "user", "content": "hi"}]}
     for _ in range(2):

@@ -20,13 +20,7 @@ def planned_snapshot(helpers, backends, plan: dict, version: int = 1, dead_port=
               "predict-demo": (5000, [backends["predict-a"].entry(2)])}
     if dead_port:
         models["dead-demo"] = (5000, [{**backends["openai-a"].entry(3), "port": dead_port}])
-    snap = helpers.make_snapshot(version, models)
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "p", **plan}}
-    return snap
+    return helpers.add_planned(helpers.make_snapshot(version, models), PLAN_KEY, plan)
 
 
 def serve(gateway_factory, helpers, backends, plan, workers=2, **kw):

@@ -109,12 +109,8 @@ def test_internal_listener_is_not_logged(served, helpers):
 def test_plans_and_rate_limits_are_counted(gateway, backends, helpers):
     key = "sk-test-observe-plan-0123456789"
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
-                                           "expires_at": None}
     # 0.01/s: no token comes back during the test, so the counts are exact
-    snap["plans"] = {"7": {"id": 7, "name": "gold", "rate_per_second": 0.01, "burst": 2}}
+    helpers.add_planned(snap, key, {"rate_per_second": 0.01, "burst": 2}, plan_name="gold")
     assert gateway.push(snap).status_code == 200
     statuses = [helpers.chat(gateway, key=key).status_code for _ in range(4)]
     assert statuses == [200, 200, 429, 429]

@@ -197,11 +197,7 @@ def test_converted_answer_over_http2_carries_the_plans_rate_limit_headers_once(
     b = protocol_backends
     snap = helpers.make_snapshot(2, {"chat-demo": (5000, [b["openai"].entry(1)]),
                                      "v2": (5000, [b["kserve_v2"].entry(2)])})
-    snap["consumers"]["3"] = {"id": 3, "name": "planned", "allowed_models": None,
-                              "plan_id": 7}
-    snap["keys"][helpers.key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
-                                           "expires_at": None}
-    snap["plans"] = {"7": {"id": 7, "name": "p", "rate_per_second": 0.01, "burst": 5}}
+    helpers.add_planned(snap, key, {"rate_per_second": 0.01, "burst": 5})
     assert tls_gw.push(snap).status_code == 200
     body = json.dumps({"model": "v2", "messages": [{"role": "user", "content": TEXT}]})
     res = curl("--http2", "--cacert", ca_file, "-D", "-", "-o", "/dev/null",
