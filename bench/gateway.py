@@ -9,6 +9,10 @@ Starts, in one temporary prefix:
             product): stock nginx + the Lua module doing only an API-key lookup in a
             shared dict, reading and decoding the JSON body, balancer_by_lua onto the
             same keep-alive upstream, and two shared-dict increments in the log phase;
+  contract  lean plus what Sluice's contract (DESIGN.md) makes every proxied request
+            pay whatever the code: a header and a body filter on the proxying location
+            (a backend's own error answers into the error template) and one access-log
+            line, each done for nothing (bench/targets.py): a lower bound, not a gateway;
   sluice    the Sluice gateway (control_plane.runtime.gateway) routing model
             "bench-chat" to the same upstream, after a snapshot push;
   policy    the same gateway, called with a second key whose consumer is on a plan:
@@ -68,8 +72,8 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
 from bench.openloop import build_openloop, run_openloop  # noqa: E402
 from bench.wrk import MODEL, PATH_MODEL, BenchError, run_wrk  # noqa: E402
 from bench.targets import (  # noqa: E402
-    LUA_MODULES, PATH_ANSWER, UPSTREAM_ANSWER, baseline_http, baseline_tls_lines, lean_http,
-    start_gateway, start_nginx, upstream_http)
+    LUA_MODULES, PATH_ANSWER, UPSTREAM_ANSWER, baseline_http, baseline_tls_lines, contract_http,
+    lean_http, start_gateway, start_nginx, upstream_http)
 from control_plane.runtime.procs import free_ports, stop  # noqa: E402
 
 # ---- checks (wrk runs: bench/wrk.py) ------------------------------------------------------------
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     verify: str | bool = True
     try:
         openloop = build_openloop(top) if args.half_load or args.rate else None
-        upstream_port, baseline_port, lean_port = free_ports(3)
+        upstream_port, baseline_port, lean_port, contract_port = free_ports(4)
         baseline_tls, sluice_tls = ("", None)
         if args.https:
             from control_plane.runtime.certs import CertAuthority
@@ -352,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
                                      lean_port, LUA_MODULES))
             targets["lean"] = (f"http://127.0.0.1:{lean_port}", key)
             masters["lean"] = procs[-1].pid
+            procs.append(start_nginx(top / "contract", args.workers,
+                                     contract_http(contract_port, upstream_port, key),
+                                     contract_port, LUA_MODULES))
+            targets["contract"] = (f"http://127.0.0.1:{contract_port}", key)
+            masters["contract"] = procs[-1].pid
 
             gateway = start_gateway(top / "gateway", args.workers, upstream_port, key,
                                     policy_key, max_in_flight=args.max_in_flight,

@@ -15,9 +15,11 @@ CPU-time ratios of bench/gateway.py.
     .venv/bin/python bench/instructions.py --targets sluice --annotate 25
     .venv/bin/python bench/instructions.py --phases          # each phase's share
 
-Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), sluice, policy
-(bench/gateway.py describes them). `--annotate N` prints each target's N costliest
-functions (callgrind_annotate), exclusive of their callees; `--keep` keeps the
+Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), contract (lean
+plus the filters and the log line Sluice's contract requires, done for nothing:
+bench/targets.py), sluice, policy (bench/gateway.py describes them). `--annotate N`
+prints each target's N costliest functions (callgrind_annotate), exclusive of their
+callees; `--keep` keeps the
 callgrind files for callgrind_annotate's other views. Needs valgrind
 (scripts/setup.sh installs it). Prints figures and ratios; never a CI gate.
 
@@ -53,7 +55,7 @@ CALLGRIND = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file"]
 BODY = json.dumps({"model": MODEL, "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Say hello to the benchmark."}]},
                   separators=(",", ":"))
-TARGETS = ("baseline", "lean", "sluice", "policy")
+TARGETS = ("baseline", "lean", "contract", "sluice", "policy")
 
 
 def drive(port: int, key: str | None, n: int) -> None:
@@ -205,16 +207,19 @@ def main(argv: list[str] | None = None) -> int:
         (upstream,) = free_ports(1)
         procs.append(bench_targets.start_nginx(top / "upstream", 1,
                                                bench_targets.upstream_http(upstream), upstream))
-        for name in ("baseline", "lean"):
+        plain_targets = {"baseline": bench_targets.baseline_http,
+                         "lean": bench_targets.lean_http,
+                         "contract": bench_targets.contract_http}
+        for name, make in plain_targets.items():
             if name not in targets:
                 continue
             (port,) = free_ports(1)
-            body = (bench_targets.baseline_http(port, upstream) if name == "baseline"
-                    else bench_targets.lean_http(port, upstream, key))
+            body = (make(port, upstream) if name == "baseline"
+                    else make(port, upstream, key))
             main_ctx = "" if name == "baseline" else bench_targets.LUA_MODULES
             procs.append(start_plain(top / name, port, body, main_ctx))
             figures[name], dumps[name] = count(procs[-1].pid, top / name, port,
-                                               key if name == "lean" else None, args)
+                                               None if name == "baseline" else key, args)
         if {"sluice", "policy"} & set(targets):
             under_callgrind()
             gateway = bench_targets.start_gateway(top / "gateway", 1, upstream, key,

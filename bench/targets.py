@@ -140,6 +140,41 @@ def lean_http(port: int, upstream_port: int, key: str) -> str:
     }}"""
 
 
+# ---- contract: lean plus what Sluice's contract makes every proxied request pay --------
+
+# The access-log line of docs/contracts.md ("Access log"), its fields in order, made
+# the cheapest way nginx can: its own variables where nginx knows the value, the
+# bench's names as constants where the gateway would bring them.
+CONTRACT_LOG_FORMAT = (
+    '{"time":"$msec","request_id":"$connection-$connection_requests","consumer":"bench",'
+    '"plan":"none","model":"bench-chat","route":"","backend":"bench-upstream",'
+    '"method":"$request_method","path":"$uri","status":"$status",'
+    '"latency_ms":"$request_time","upstream_ms":"$upstream_response_time",'
+    '"prompt_tokens":"","completion_tokens":"","cache":"","error_type":"",'
+    '"bytes_sent":"$bytes_sent","excerpt":"","fallback":"","queue_ms":"",'
+    '"upstream_error":"","trace_id":"","span_id":"","parent_span_id":""}')
+
+
+def contract_http(port: int, upstream_port: int, key: str) -> str:
+    """lean, plus the three things DESIGN.md's contract makes every proxied request
+    cost whatever the code does, each done for nothing: a header filter and a body
+    filter on the proxying location (a backend's own error answer leaves in the error
+    template with its message: an intercepted answer's body is never read, so only a
+    filter can rewrite it, and nginx calls a location's filters on every answer), and
+    one access-log line per request (nginx's buffered access_log, the line's fields
+    from nginx's variables). Empty handlers and a line of constants and built-in
+    variables: a lower bound for any code that keeps the contract, not a gateway."""
+    lean = lean_http(port, upstream_port, key)
+    head, location = lean.split("        location / {", 1)
+    return ("\n    log_format contract_json escape=none '" + CONTRACT_LOG_FORMAT + "';"
+            + head
+            + "        location / {\n"
+            + "            access_log logs/access.log contract_json buffer=64k flush=1s;\n"
+            + "            header_filter_by_lua_block { return }\n"
+            + "            body_filter_by_lua_block { return }"
+            + location)
+
+
 def start_nginx(prefix: Path, workers: int, http_body: str, port: int, main: str = ""):
     for sub in ("logs", "tmp", "conf"):
         (prefix / sub).mkdir(parents=True, exist_ok=True)
