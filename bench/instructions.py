@@ -15,13 +15,13 @@ CPU-time ratios of bench/gateway.py.
     .venv/bin/python bench/instructions.py --targets sluice --annotate 25
     .venv/bin/python bench/instructions.py --phases          # each phase's share
 
-Targets: baseline (plain nginx proxy_pass), lean (the Lua floor), contract (lean
+Targets: baseline (plain nginx proxy_pass), baseline-path and sluice-path (the model
+named by the path: bench/v2_infer.lua's request), lean (the Lua floor), contract (lean
 plus the filters and the log line Sluice's contract requires, done for nothing:
 bench/targets.py), sluice, policy (bench/gateway.py describes them). `--annotate N`
 prints each target's N costliest functions (callgrind_annotate), exclusive of their
-callees; `--keep` keeps the
-callgrind files for callgrind_annotate's other views. Needs valgrind
-(scripts/setup.sh installs it). Prints figures and ratios; never a CI gate.
+callees; `--keep` keeps the callgrind files for callgrind_annotate's other views.
+Needs valgrind (scripts/setup.sh installs it). Prints figures and ratios; never a CI gate.
 
 Debian's LuaJIT is stripped, so its share shows as bare addresses. `--luajit DIR`
 runs the targets with DIR first in LD_LIBRARY_PATH: a libluajit-5.1.so.2 with
@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench import targets as bench_targets  # noqa: E402
-from bench.wrk import MODEL, BenchError  # noqa: E402
+from bench.wrk import MODEL, PATH_MODEL, BenchError  # noqa: E402
 from control_plane.runtime import gateway as gateway_module  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
 
@@ -55,31 +55,39 @@ CALLGRIND = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file"]
 BODY = json.dumps({"model": MODEL, "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Say hello to the benchmark."}]},
                   separators=(",", ":"))
-TARGETS = ("baseline", "lean", "contract", "sluice", "policy")
+# the -path targets: bench/v2_infer.lua's request (the model in the path, 4 values)
+PATH_REQUEST = (f"/v2/models/{PATH_MODEL}/infer",
+                '{"id":"bench","inputs":[{"name":"x","shape":[1,4],"datatype":"FP32",'
+                '"data":[0.2500,0.5000,0.7500,1.0000]}]}')
+TARGETS = ("baseline", "lean", "contract", "sluice", "policy", "baseline-path",
+           "sluice-path")
 
 
-def drive(port: int, key: str | None, n: int) -> None:
-    """`n` chat requests, one after another, on one keep-alive connection; each 200."""
+def drive(port: int, key: str | None, n: int, path_named: bool = False) -> None:
+    """`n` requests (chat, or PATH_REQUEST), one after another, on one keep-alive
+    connection; each 200."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
+    path, body = PATH_REQUEST if path_named else ("/v1/chat/completions", BODY)
     try:
         for _ in range(n):
-            conn.request("POST", "/v1/chat/completions", BODY, headers)
+            conn.request("POST", path, body, headers)
             resp = conn.getresponse()
-            body = resp.read()
+            answer = resp.read()
             if resp.status != 200:
-                raise BenchError(f"answered {resp.status}: {body[:300]!r}")
+                raise BenchError(f"answered {resp.status}: {answer[:300]!r}")
     finally:
         conn.close()
 
 
-def count(pid: int, out_dir: Path, port: int, key: str | None, args) -> tuple[float, Path]:
+def count(pid: int, out_dir: Path, port: int, key: str | None, args,
+          path_named: bool = False) -> tuple[float, Path]:
     """Instructions per request of process `pid`, and the callgrind file of the window."""
-    drive(port, key, args.warm)
+    drive(port, key, args.warm, path_named)
     subprocess.run(["callgrind_control", "--zero", str(pid)], check=True, capture_output=True)
-    drive(port, key, args.n)
+    drive(port, key, args.n, path_named)
     before = set(out_dir.glob(f"callgrind.out.{pid}*"))
     subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
     deadline = time.monotonic() + 30
@@ -208,26 +216,29 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(bench_targets.start_nginx(top / "upstream", 1,
                                                bench_targets.upstream_http(upstream), upstream))
         plain_targets = {"baseline": bench_targets.baseline_http,
+                         "baseline-path": bench_targets.baseline_http,
                          "lean": bench_targets.lean_http,
                          "contract": bench_targets.contract_http}
         for name, make in plain_targets.items():
             if name not in targets:
                 continue
             (port,) = free_ports(1)
-            body = (make(port, upstream) if name == "baseline"
-                    else make(port, upstream, key))
-            main_ctx = "" if name == "baseline" else bench_targets.LUA_MODULES
+            plain = name.startswith("baseline")
+            body = make(port, upstream) if plain else make(port, upstream, key)
+            main_ctx = "" if plain else bench_targets.LUA_MODULES
             procs.append(start_plain(top / name, port, body, main_ctx))
             figures[name], dumps[name] = count(procs[-1].pid, top / name, port,
-                                               None if name == "baseline" else key, args)
-        if {"sluice", "policy"} & set(targets):
+                                               None if plain else key, args,
+                                               name.endswith("-path"))
+        if {"sluice", "policy", "sluice-path"} & set(targets):
             under_callgrind()
             gateway = bench_targets.start_gateway(top / "gateway", 1, upstream, key,
                                                   key + "-plan")
-            for name, k in (("sluice", key), ("policy", key + "-plan")):
+            for name, k in (("sluice", key), ("policy", key + "-plan"), ("sluice-path", key)):
                 if name in targets:
                     figures[name], dumps[name] = count(gateway.proc.pid, top / "gateway",
-                                                       gateway.cfg.port, k, args)
+                                                       gateway.cfg.port, k, args,
+                                                       name.endswith("-path"))
     except BenchError as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
@@ -239,18 +250,20 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# instructions per request (valgrind callgrind, user space), "
           f"{args.n} requests after {args.warm}, 1 nginx process per target")
-    print(f"{'target':<10} {'Ir/request':>11} {'x baseline':>11} {'x lean':>8}")
+    print(f"{'target':<14} {'Ir/request':>11} {'x baseline':>11} {'x lean':>8}")
     for name in targets:
         ir = figures[name]
-        vs = [f"{ir / figures[b]:.2f}" if b in figures else "" for b in ("baseline", "lean")]
-        print(f"{name:<10} {ir:>11.0f} {vs[0]:>11} {vs[1]:>8}")
+        # a -path target against the baseline of the same request
+        base = "baseline-path" if name.endswith("-path") else "baseline"
+        vs = [f"{ir / figures[b]:.2f}" if b in figures else "" for b in (base, "lean")]
+        print(f"{name:<14} {ir:>11.0f} {vs[0]:>11} {vs[1]:>8}")
     by_phase = {name: phases(dumps[name], args.n) for name in targets} if args.phases else {}
     if by_phase:
         names = [phase for phase, _ in PHASES] + ["nginx, the rest"]
         print(f"\n# by phase (Ir per request, inclusive of what each calls)")
-        print(f"{'phase':<16}" + "".join(f"{t:>11}" for t in targets))
+        print(f"{'phase':<16}" + "".join(f"{t:>14}" for t in targets))
         for phase in names:
-            print(f"{phase:<16}" + "".join(f"{by_phase[t][phase]:>11.0f}" for t in targets))
+            print(f"{phase:<16}" + "".join(f"{by_phase[t][phase]:>14.0f}" for t in targets))
     if args.annotate:
         for name in targets:
             print(f"\n# {name}: costliest functions (Ir over {args.n} requests)")
