@@ -70,7 +70,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.openloop import build_openloop, run_openloop  # noqa: E402
-from bench.wrk import MODEL, PATH_MODEL, BenchError, run_wrk  # noqa: E402
+from bench.wrk import MODEL, BenchError, path_named, path_request, run_wrk  # noqa: E402
 from bench.targets import (  # noqa: E402
     LUA_MODULES, PATH_ANSWER, UPSTREAM_ANSWER, baseline_http, baseline_tls_lines, contract_http,
     lean_http, start_gateway, start_nginx, upstream_http)
@@ -78,21 +78,14 @@ from control_plane.runtime.procs import free_ports, stop  # noqa: E402
 
 # ---- checks (wrk runs: bench/wrk.py) ------------------------------------------------------------
 
-def path_named(name: str) -> bool:
-    """Does target `name` send bench/v2_infer.lua's request (model in the path)?"""
-    return name.endswith("-path")
-
-
 def bench_request(name: str, url: str, key: str | None, verify: str | bool = True,
                   tensor_values: int = 4):
     """One request of the kind target `name` is measured with."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     if path_named(name):
-        body = {"id": "bench", "inputs": [{
-            "name": "x", "shape": [1, tensor_values], "datatype": "FP32",
-            "data": [round(i / tensor_values, 4) for i in range(1, tensor_values + 1)]}]}
-        return requests.post(url + f"/v2/models/{PATH_MODEL}/infer", headers=headers,
-                             timeout=5, verify=verify, json=body)
+        path, body = path_request(tensor_values)
+        return requests.post(url + path, headers=headers, timeout=5, verify=verify,
+                             json=body)
     return requests.post(url + "/v1/chat/completions", headers=headers, timeout=5,
                          verify=verify,
                          json={"model": MODEL,

@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench import targets as bench_targets  # noqa: E402
-from bench.wrk import MODEL, PATH_MODEL, BenchError  # noqa: E402
+from bench.wrk import MODEL, BenchError, path_named, path_request  # noqa: E402
 from control_plane.runtime import gateway as gateway_module  # noqa: E402
 from control_plane.runtime.procs import free_ports, spawn, stop, wait_port  # noqa: E402
 
@@ -56,21 +56,20 @@ BODY = json.dumps({"model": MODEL, "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Say hello to the benchmark."}]},
                   separators=(",", ":"))
 # the -path targets: bench/v2_infer.lua's request (the model in the path, 4 values)
-PATH_REQUEST = (f"/v2/models/{PATH_MODEL}/infer",
-                '{"id":"bench","inputs":[{"name":"x","shape":[1,4],"datatype":"FP32",'
-                '"data":[0.2500,0.5000,0.7500,1.0000]}]}')
+PATH, PATH_DOC = path_request()
+PATH_BODY = json.dumps(PATH_DOC, separators=(",", ":"))
 TARGETS = ("baseline", "lean", "contract", "sluice", "policy", "baseline-path",
            "sluice-path")
 
 
 def drive(port: int, key: str | None, n: int, path_named: bool = False) -> None:
-    """`n` requests (chat, or PATH_REQUEST), one after another, on one keep-alive
-    connection; each 200."""
+    """`n` requests (chat, or the -path targets' request), one after another, on one
+    keep-alive connection; each 200."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    path, body = PATH_REQUEST if path_named else ("/v1/chat/completions", BODY)
+    path, body = (PATH, PATH_BODY) if path_named else ("/v1/chat/completions", BODY)
     try:
         for _ in range(n):
             conn.request("POST", path, body, headers)
@@ -229,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(start_plain(top / name, port, body, main_ctx))
             figures[name], dumps[name] = count(procs[-1].pid, top / name, port,
                                                None if plain else key, args,
-                                               name.endswith("-path"))
+                                               path_named(name))
         if {"sluice", "policy", "sluice-path"} & set(targets):
             under_callgrind()
             gateway = bench_targets.start_gateway(top / "gateway", 1, upstream, key,
@@ -238,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 if name in targets:
                     figures[name], dumps[name] = count(gateway.proc.pid, top / "gateway",
                                                        gateway.cfg.port, k, args,
-                                                       name.endswith("-path"))
+                                                       path_named(name))
     except BenchError as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in targets:
         ir = figures[name]
         # a -path target against the baseline of the same request
-        base = "baseline-path" if name.endswith("-path") else "baseline"
+        base = "baseline-path" if path_named(name) else "baseline"
         vs = [f"{ir / figures[b]:.2f}" if b in figures else "" for b in (base, "lean")]
         print(f"{name:<14} {ir:>11.0f} {vs[0]:>11} {vs[1]:>8}")
     by_phase = {name: phases(dumps[name], args.n) for name in targets} if args.phases else {}

@@ -94,11 +94,14 @@ LUA_MODULES = """load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;"""
 
 
-def lean_http(port: int, upstream_port: int, key: str) -> str:
+def lean_http(port: int, upstream_port: int, key: str, http_extra: str = "",
+              location_extra: str = "") -> str:
     """What any Lua gateway does at the least: look the key up in a shared dict, read
     and decode the JSON body (a model name must be there), pick the peer in
-    balancer_by_lua (keep-alive pool), count twice in a shared dict in the log phase."""
-    return f"""
+    balancer_by_lua (keep-alive pool), count twice in a shared dict in the log phase.
+    `http_extra`, `location_extra`: more lines for the http block and for location /
+    (the contract target's)."""
+    return f"""{http_extra}
     lua_package_path "/usr/share/lua/5.1/?.lua;;";
     lua_package_cpath "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;;";
     lua_shared_dict lean_keys 1m;
@@ -116,7 +119,7 @@ def lean_http(port: int, upstream_port: int, key: str) -> str:
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         client_body_buffer_size 1m;
-        location / {{
+        location / {{{location_extra}
             access_by_lua_block {{
                 local authz = ngx.var.http_authorization
                 if not authz or not ngx.shared.lean_keys:get(authz:sub(8)) then
@@ -164,15 +167,11 @@ def contract_http(port: int, upstream_port: int, key: str) -> str:
     one access-log line per request (nginx's buffered access_log, the line's fields
     from nginx's variables). Empty handlers and a line of constants and built-in
     variables: a lower bound for any code that keeps the contract, not a gateway."""
-    lean = lean_http(port, upstream_port, key)
-    head, location = lean.split("        location / {", 1)
-    return ("\n    log_format contract_json escape=none '" + CONTRACT_LOG_FORMAT + "';"
-            + head
-            + "        location / {\n"
-            + "            access_log logs/access.log contract_json buffer=64k flush=1s;\n"
-            + "            header_filter_by_lua_block { return }\n"
-            + "            body_filter_by_lua_block { return }"
-            + location)
+    log_format = f"\n    log_format contract_json escape=none '{CONTRACT_LOG_FORMAT}';"
+    return lean_http(port, upstream_port, key, http_extra=log_format, location_extra="""
+            access_log logs/access.log contract_json buffer=64k flush=1s;
+            header_filter_by_lua_block { return }
+            body_filter_by_lua_block { return }""")
 
 
 def start_nginx(prefix: Path, workers: int, http_body: str, port: int, main: str = ""):

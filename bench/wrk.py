@@ -21,6 +21,20 @@ PATH_SCRIPT = Path(__file__).resolve().parent / "v2_infer.lua"
 PATH_MODEL = "bench-v2"
 
 
+def path_named(name: str) -> bool:
+    """Does target `name` send v2_infer.lua's request (model in the path)?"""
+    return name.endswith("-path")
+
+
+def path_request(tensor_values: int = 4) -> tuple[str, dict]:
+    """v2_infer.lua's request as a path and a JSON body: an input tensor of
+    `tensor_values` numbers (bench/gateway.py's checks, bench/instructions.py)."""
+    body = {"id": "bench", "inputs": [{
+        "name": "x", "shape": [1, tensor_values], "datatype": "FP32",
+        "data": [round(i / tensor_values, 4) for i in range(1, tensor_values + 1)]}]}
+    return f"/v2/models/{PATH_MODEL}/infer", body
+
+
 class BenchError(RuntimeError):
     """The run cannot produce trustworthy figures."""
 
