@@ -24,7 +24,7 @@ from requests.adapters import HTTPAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.backend_tls import BackendClients, BackendTLS
+from control_plane.clients.backend_tls import BackendClients, BackendTLS
 from control_plane.controller.fanout import Notes
 from control_plane.models import Backend
 from control_plane.services import prom_text, scrapes

@@ -53,7 +53,7 @@ class Settings:
     # log shipping (control_plane/shipper.py): gateways' access logs on this host
     access_logs: tuple[Any, ...] = ()
     ship_interval: float = 1.0
-    # OTLP/HTTP endpoint the shipper exports one span per request to (tracing.py)
+    # OTLP/HTTP endpoint the shipper exports one span per request to (clients/tracing.py)
     otlp_endpoint: str | None = None
     log_retention_days: float = 30.0
     controller_metrics_port: int | None = None

@@ -18,7 +18,7 @@ reopen are shipped too. A file shorter than its checkpoint was truncated or is a
 new file on a reused inode: it is read from 0.
 
 With SLUICE_OTLP_ENDPOINT set, each line shipped also becomes one OpenTelemetry span
-(control_plane/tracing.py), handed to the exporter after the transaction commits.
+(control_plane/clients/tracing.py), handed to the exporter after the transaction commits.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from control_plane import cp_metrics
-from control_plane import tracing
-from control_plane.tracing import SpanExport
+from control_plane.clients import tracing
+from control_plane.clients.tracing import SpanExport
 
 log = logging.getLogger("sluice.shipper")
 

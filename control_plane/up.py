@@ -25,7 +25,7 @@ from pathlib import Path
 from control_plane import migrate
 from control_plane.demo import fleet
 from control_plane.runtime import certs, postgres, procs, rabbitmq
-from control_plane.runtime.admin import AdminClient, AdminError
+from control_plane.clients.admin import AdminClient, AdminError
 from control_plane.runtime.gateway import Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor

@@ -1,6 +1,6 @@
 """`sluice worker`: runs async jobs and batch lines, delivers their webhooks.
 
-Consumes the job queue (control_plane/job_queue.py) one job at a time, by priority,
+Consumes the job queue (control_plane/clients/amqp.py) one job at a time, by priority,
 and sends each job through a gateway on its consumer's behalf (the worker token is
 the gateway token; lua/sluice/jobs.lua), so keys, quotas, content policy, routing,
 metrics and logs apply when it runs, once. The message is acked only after the
@@ -32,7 +32,7 @@ from pika.exceptions import AMQPError
 from sqlalchemy import exc as sa_exc
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.job_queue import Consumer, Publisher
+from control_plane.clients.amqp import Consumer, Publisher
 from control_plane.services import batches, jobs, webhooks
 from control_plane.settings import Settings
 

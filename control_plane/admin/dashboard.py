@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
-from control_plane.controller.gateway_client import GatewayClient
+from control_plane.clients.gateway import GatewayClient
 from control_plane.models import ApiKey, Backend, Consumer, Model
 from control_plane.services import controllers, fleet_metrics, membership, telemetry
 from control_plane.services.config_state import current_version

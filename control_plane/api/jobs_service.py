@@ -21,7 +21,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from control_plane.api.errors import ApiError, error_response
 from control_plane.api.views import db, json_body
-from control_plane.job_queue import Publisher
+from control_plane.clients.amqp import Publisher
 from control_plane.services import batches, jobs
 from control_plane.services.errors import Invalid
 

@@ -14,7 +14,7 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
-from control_plane.controller.gateway_client import GatewayClient
+from control_plane.clients.gateway import GatewayClient
 from control_plane.services import audit, health, inference_logs, queues, scaling, telemetry
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).

@@ -5,7 +5,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from control_plane import backend_tls
+from control_plane.clients import backend_tls
 from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
 from control_plane.models import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,

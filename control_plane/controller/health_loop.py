@@ -37,9 +37,9 @@ import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.backend_tls import BackendClients, BackendTLS
+from control_plane.clients.backend_tls import BackendClients, BackendTLS
 from control_plane.controller.fanout import Notes, parallel
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.models import Gateway
 from control_plane.records import BackendHealth
 from control_plane.settings import Settings

@@ -3,7 +3,7 @@ changes, each SLUICE_WEIGHTS_INTERVAL compute and push the weight table
 (weights_loop.py), each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it
 back (usage_loop.py), and each SLUICE_HEALTH_INTERVAL probe the backends on a
 background thread and push their readiness (health_loop.py). Every call to a gateway
-goes through one GatewayClient (gateway_client.py).
+goes through one GatewayClient (clients/gateway.py).
 
 Each tick reads the config version; every gateway whose acknowledged version differs
 (or that a reload marked) gets the snapshot, built once per version. A gateway that
@@ -33,9 +33,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from control_plane import cp_metrics, tracing
+from control_plane import cp_metrics
+from control_plane.clients import tracing
 from control_plane.controller import telemetry_gauges
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.controller.health_loop import HealthLoop
 from control_plane.controller.leader import Leadership
 from control_plane.controller.scaling_webhook import ScalingWebhook

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.controller.fanout import Notes, parallel
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.models import Gateway, Model
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, telemetry

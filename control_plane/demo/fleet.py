@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from control_plane.runtime.admin import AdminClient
+from control_plane.clients.admin import AdminClient
 
 DEMO_MODELS = [
     {"name": "chat-demo", "timeout_ms": 30000, "mask_pii": True},

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import requests
 
-from control_plane.controller.gateway_client import GatewayClient
+from control_plane.clients.gateway import GatewayClient
 from control_plane.runtime import backend_trust, nginx_tls, procs
 from control_plane.runtime.nginx_conf import (WORKER_GROUP, WORKER_USER, GatewayConfig,
                                               _is_root, render)

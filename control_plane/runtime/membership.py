@@ -65,7 +65,7 @@ class Membership:
         self._boot_id = boot_id
         self._http = requests.Session()
         self._http.headers["Authorization"] = f"Bearer {token}"
-        self._verify: str | bool = ca or True   # per request: see gateway_client.py
+        self._verify: str | bool = ca or True   # per request: see clients/gateway.py
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_problem: str | None = ""   # "": nothing sent yet

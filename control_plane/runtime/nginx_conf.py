@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from control_plane.backend_tls import SYSTEM_CA_FILE
+from control_plane.clients.backend_tls import SYSTEM_CA_FILE
 from control_plane.runtime import nginx_tls
 from control_plane.settings_variables import parse_redis_url
 

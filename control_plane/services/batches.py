@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from control_plane.job_queue import Publisher
+from control_plane.clients.amqp import Publisher
 from control_plane.job_records import FINAL_STATES, Batch, BatchFile, Job
 from control_plane.services import jobs
 from control_plane.services.errors import Invalid, NotFound

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 
 REQUESTS = "sluice_requests_total"
 DURATION_BUCKET = "sluice_request_duration_seconds_bucket"

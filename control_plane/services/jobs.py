@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from control_plane.job_queue import Publisher, QueueUnavailable
+from control_plane.clients.amqp import Publisher, QueueUnavailable
 from control_plane.job_records import JOB_STATES, Batch, Job
 from control_plane.services import webhooks
 from control_plane.services.errors import Conflict, Invalid, NotFound

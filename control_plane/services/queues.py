@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.models import PRIORITIES
 from control_plane.services import membership
 from control_plane.services.config_state import current_version

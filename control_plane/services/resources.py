@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane import backend_tls
+from control_plane.clients import backend_tls
 from control_plane.models import (ApiKey, Backend, Base, Consumer, ContentPolicy, Gateway,
                                   JwtIssuer, Model, ModelType, Plan, Route)
 from control_plane.models import Mapping as MappingRow

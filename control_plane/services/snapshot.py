@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane import backend_tls
+from control_plane.clients import backend_tls
 from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
                                   Model, ModelType, Plan)
 from control_plane.services import routes

@@ -8,7 +8,7 @@ import requests
 
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo.backends import serve
-from control_plane.controller.gateway_client import GatewayClient
+from control_plane.clients.gateway import GatewayClient
 from control_plane.controller.health_loop import HealthLoop
 from control_plane.services import snapshot
 from control_plane.settings import Settings

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.db import make_engine
 from control_plane.demo import fleet
-from control_plane.runtime.admin import AdminClient
+from control_plane.clients.admin import AdminClient
 from control_plane.services.seed import seed
 
 DEMO = {"chat-demo": [{"name": "openai-1", "url": "http://127.0.0.1:9101",

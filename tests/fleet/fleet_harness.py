@@ -39,7 +39,7 @@ from pathlib import Path
 import requests
 
 from control_plane.runtime import postgres, procs
-from control_plane.runtime.admin import AdminClient
+from control_plane.clients.admin import AdminClient
 from control_plane.runtime.redis_server import _read as read_resp
 from fleet_net import FleetError, Host, Net
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import requests
 
-from control_plane.backend_tls import trust_id
+from control_plane.clients.backend_tls import trust_id
 from gateway_readings import scrape, value
 from tlsutil import CA, self_signed, tls_backend
 

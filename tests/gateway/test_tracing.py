@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from control_plane.db import make_engine
 from control_plane.shipper import Shipper, parse_sources
-from control_plane.tracing import SpanExport
+from control_plane.clients.tracing import SpanExport
 from backend_http import Backend, entry, served
 from gateway_readings import access_lines
 from waiting import eventually

@@ -12,7 +12,7 @@ import requests
 from fleet_members import listed, start_member
 from waiting import eventually
 
-from control_plane.controller.gateway_client import GatewayClient, GatewayError
+from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.runtime import procs
 from control_plane.runtime.gateway import Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig

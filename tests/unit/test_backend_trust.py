@@ -2,7 +2,7 @@
 BackendTLS never shows its key."""
 from __future__ import annotations
 
-from control_plane.backend_tls import BackendTLS, trust_id
+from control_plane.clients.backend_tls import BackendTLS, trust_id
 from control_plane.runtime import backend_trust
 
 CA_A = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"

@@ -1,9 +1,9 @@
-"""SLUICE_OTLP_ENDPOINT: where the log shipper's spans go (control_plane/tracing.py)."""
+"""SLUICE_OTLP_ENDPOINT: where the log shipper's spans go (control_plane/clients/tracing.py)."""
 from __future__ import annotations
 
 import pytest
 
-from control_plane import tracing
+from control_plane.clients import tracing
 from control_plane.settings import SettingsError, load_settings
 
 
