@@ -36,7 +36,7 @@ from bench.gateway import check_answers  # noqa: E402
 from bench.targets import UPSTREAM_ANSWER, bench_snapshot, start_nginx  # noqa: E402
 from bench.wrk import MODEL, BenchError, run_wrk  # noqa: E402
 from control_plane.clients.backend_tls import trust_id  # noqa: E402
-from control_plane.runtime.gateway import Gateway  # noqa: E402
+from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig  # noqa: E402
 from control_plane.runtime.procs import free_ports, stop  # noqa: E402
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from control_plane.demo.backends import serve  # noqa: E402
 from control_plane.runtime import procs  # noqa: E402
-from control_plane.runtime.gateway import Gateway  # noqa: E402
+from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig  # noqa: E402
 
 KEY = "sk-bench-fallback-0123456789abcdef"

@@ -117,8 +117,8 @@ def start_plain(prefix: Path, port: int, http_body: str, main: str = ""):
 
 
 def under_callgrind() -> None:
-    """Make control_plane's Gateway start its nginx as one process under callgrind."""
-    plain = gateway_module.Gateway._nginx
+    """Make control_plane.s GatewayProcess start its nginx as one process under callgrind."""
+    plain = gateway_module.GatewayProcess._nginx
 
     def _nginx(self, *args):
         if args == ("-g", "daemon off;"):
@@ -127,8 +127,8 @@ def under_callgrind() -> None:
                     *plain(self, "-g", "daemon off; master_process off;")]
         return plain(self, *args)
 
-    gateway_module.Gateway._nginx = _nginx
-    gateway_module.Gateway._wait_serving.__defaults__ = (120.0,)   # valgrind starts slowly
+    gateway_module.GatewayProcess._nginx = _nginx
+    gateway_module.GatewayProcess._wait_serving.__defaults__ = (120.0,)   # valgrind starts slowly
 
 
 def annotate(dump: Path, top: int) -> str:

@@ -38,7 +38,7 @@ from control_plane import migrate  # noqa: E402
 from control_plane.db import make_engine  # noqa: E402
 from control_plane.runtime import postgres, procs  # noqa: E402
 from control_plane.clients.admin import AdminClient  # noqa: E402
-from control_plane.runtime.gateway import Gateway  # noqa: E402
+from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig  # noqa: E402
 from control_plane.runtime.rabbitmq import Broker  # noqa: E402
 

@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from control_plane.runtime import procs  # noqa: E402
-from control_plane.runtime.gateway import Gateway  # noqa: E402
+from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig, render  # noqa: E402
 from control_plane.services.weights import (Coefficients, OutcomeWindow, compute,  # noqa: E402
                                             pools_of)

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from control_plane.runtime import procs  # noqa: E402
-from control_plane.runtime.gateway import Gateway  # noqa: E402
+from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig  # noqa: E402
 
 KEY = "sk-bench-streaming-0123456789abcdef"

@@ -258,7 +258,7 @@ def start_gateway(prefix: Path, workers: int, upstream_port: int, key: str,
                   tls: tuple[int, Path, Path] | None = None):
     """`tls`: (port, certificate chain, key) of an HTTPS listener beside the plain one."""
     try:
-        from control_plane.runtime.gateway import Gateway
+        from control_plane.runtime.gateway import GatewayProcess as Gateway
         from control_plane.runtime.nginx_conf import GatewayConfig
     except ImportError as exc:
         raise BenchError(f"the gateway is not available ({exc}); "

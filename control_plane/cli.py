@@ -64,7 +64,7 @@ def _gateway(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from control_plane.runtime import membership
-    from control_plane.runtime.gateway import Gateway
+    from control_plane.runtime.gateway import GatewayProcess
     from control_plane.runtime.nginx_conf import GatewayConfig
     from control_plane.settings import load_settings
 
@@ -76,7 +76,7 @@ def _gateway(args: argparse.Namespace) -> int:
         print("sluice gateway: internal TLS needs both SLUICE_INTERNAL_TLS_CERT and "
               "SLUICE_INTERNAL_TLS_KEY", file=sys.stderr)
         return 2
-    gw = Gateway(GatewayConfig(
+    gw = GatewayProcess(GatewayConfig(
         prefix=Path(args.prefix), token=settings.gateway_token, workers=args.workers,
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 
 from control_plane.clients.backend_tls import BackendClients, BackendTLS
 from control_plane.controller.fanout import Notes
-from control_plane.models import Backend
 from control_plane.services import prom_text, scrapes
+from control_plane.tables.config import Backend
 
 log = logging.getLogger("sluice.controller.scraper")
 

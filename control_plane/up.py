@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from control_plane import migrate
+from control_plane.clients.admin import AdminClient, AdminError
 from control_plane.demo import fleet
 from control_plane.runtime import certs, postgres, procs, rabbitmq
-from control_plane.clients.admin import AdminClient, AdminError
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess
 from control_plane.runtime.nginx_conf import GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
 from control_plane.settings import SettingsError, load_settings
@@ -110,7 +110,7 @@ class Stack:
     supervisor: Supervisor = field(default_factory=Supervisor)
     cluster: postgres.Cluster | None = None
     broker: rabbitmq.Broker | None = None
-    gateway: Gateway | None = None
+    gateway: GatewayProcess | None = None
 
     def start(self) -> dict:
         self.var.mkdir(parents=True, exist_ok=True)
@@ -154,14 +154,14 @@ class Stack:
         # HTTPS beside HTTP: a private demo CA and a server certificate for
         # 127.0.0.1/localhost under var/tls, made once and reused by later runs.
         ca, tls_cert, tls_key = certs.ensure_demo(self.var / "tls", certs.DEMO_NAMES)
-        self.gateway = Gateway(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
-                                             internal_port=internal_port,
-                                             tls_port=tls_port, tls_cert=tls_cert,
-                                             tls_key=tls_key,
-                                             token=creds["gateway_token"],
-                                             workers=self.workers,
-                                             jobs_url=f"http://127.0.0.1:{api_port}",
-                                             **_gateway_settings()))
+        self.gateway = GatewayProcess(GatewayConfig(prefix=self.var / "gateway", port=gw_port,
+                                                    internal_port=internal_port,
+                                                    tls_port=tls_port, tls_cert=tls_cert,
+                                                    tls_key=tls_key,
+                                                    token=creds["gateway_token"],
+                                                    workers=self.workers,
+                                                    jobs_url=f"http://127.0.0.1:{api_port}",
+                                                    **_gateway_settings()))
         self.gateway.start()
         self.supervisor.add("gateway", self.gateway)
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],

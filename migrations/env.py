@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from control_plane.db import normalize_url
-from control_plane.models import Base
+from control_plane.tables import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

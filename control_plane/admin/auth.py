@@ -21,9 +21,9 @@ from control_plane.admin.blueprint import bp
 from control_plane.api.errors import (DATABASE_RETRY_AFTER, database_unreachable,
                                       describe_database_error, request_id)
 from control_plane.api.views import db
-from control_plane.models import AdminUser
 from control_plane.services import admin_users, audit
 from control_plane.services.errors import NotFound
+from control_plane.tables.config import AdminUser
 
 log = logging.getLogger(__name__)
 

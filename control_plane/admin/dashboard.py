@@ -16,10 +16,10 @@ from control_plane.admin.blueprint import bp
 from control_plane.api.schemas import iso
 from control_plane.api.views import db
 from control_plane.clients.gateway import GatewayClient
-from control_plane.models import ApiKey, Backend, Consumer, Model
 from control_plane.services import controllers, fleet_metrics, membership, telemetry
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
+from control_plane.tables.config import ApiKey, Backend, Consumer, Model
 
 REFRESH_MS = 2000
 

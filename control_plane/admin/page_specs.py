@@ -11,17 +11,17 @@ from typing import Any
 from sqlalchemy.orm import Session, object_session
 
 from control_plane.admin.forms import Input
+from control_plane.api.fleet import gateway_renderer
+from control_plane.api.route_schema import RouteSchema
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
                                        JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
-from control_plane.api.fleet import gateway_renderer
-from control_plane.api.route_schema import RouteSchema
 from control_plane.api.views import db
-from control_plane.models import (METRICS_FORMATS, PRIORITIES, PROTOCOLS, Consumer, Plan,
-                                  Route, RouteVersion)
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
 from control_plane.services.routes import ROUTES
+from control_plane.tables.config import (METRICS_FORMATS, PRIORITIES, PROTOCOLS, Consumer, Plan,
+                                         Route, RouteVersion)
 
 # the gateways page's membership columns, as the API renders them
 render_gateway = gateway_renderer(db)

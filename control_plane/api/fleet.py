@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import GATEWAY_REGISTRATION, GatewaySchema, iso
 from control_plane.api.validation import validate
-from control_plane.models import Gateway
 from control_plane.services import controllers, membership
 from control_plane.services.config_state import current_version
 from control_plane.services.errors import Conflict
 from control_plane.services.resources import GATEWAYS
+from control_plane.tables.config import Gateway
 
 log = logging.getLogger("sluice.api.fleet")
 

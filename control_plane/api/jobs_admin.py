@@ -17,8 +17,8 @@ from sqlalchemy import select
 from control_plane.api.observability import _int_in, query_args
 from control_plane.api.validation import described
 from control_plane.api.views import bp, db
-from control_plane.job_records import DELIVERY_STATES, JOB_STATES, Job
 from control_plane.services import jobs, webhooks
+from control_plane.tables.jobs import DELIVERY_STATES, JOB_STATES, Job
 
 LIMIT = 100
 

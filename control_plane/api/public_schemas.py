@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from control_plane.api.errors import REQUEST_ID_RE
-from control_plane.models import NAME_PATTERN
+from control_plane.tables.config import NAME_PATTERN
 
 
 def _ref(name: str) -> dict[str, str]:

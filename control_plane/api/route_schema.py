@@ -19,7 +19,7 @@ from typing import Any
 from control_plane.api import validation as v
 from control_plane.api.schemas import Schema, iso
 from control_plane.api.validation import NAME_SCHEMA, SCALAR_SCHEMA, Field, described
-from control_plane.models import Route
+from control_plane.tables.config import Route
 
 MAX_VERSIONS = 32
 MAX_CONDITIONS = 16

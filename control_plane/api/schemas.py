@@ -5,13 +5,13 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from control_plane.clients import backend_tls
 from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
-from control_plane.models import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
-                                  PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
-                                  Mapping, Model, ModelType, Plan)
+from control_plane.clients import backend_tls
 from control_plane.services import jwt_keys
+from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
+                                         PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
+                                         Mapping, Model, ModelType, Plan)
 
 MAX_TIMEOUT_MS = 3_600_000
 MAX_CACHE_TTL_S = 30 * 86400

@@ -17,10 +17,10 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from control_plane.api.errors import ApiError
 from control_plane.api.validation import ValidationError, described
-from control_plane.models import NAME_PATTERN, Backend
-from control_plane.records import Gpu
 from control_plane.services import affinity, scrapes, telemetry
 from control_plane.services.telemetry import GpuReading, gpu_class
+from control_plane.tables.config import NAME_PATTERN, Backend
+from control_plane.tables.records import Gpu
 
 MAX_GPUS_PER_REPORT = 64
 SOURCES = ("nvml", "simulated")

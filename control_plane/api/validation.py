@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from control_plane.models import NAME_PATTERN
+from control_plane.tables.config import NAME_PATTERN
 
 Parser = Callable[[Any], Any]
 _NAME_RE = re.compile(NAME_PATTERN)

@@ -38,11 +38,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.clients.backend_tls import BackendClients, BackendTLS
-from control_plane.controller.fanout import Notes, parallel
 from control_plane.clients.gateway import GatewayClient, GatewayError
-from control_plane.models import Gateway
-from control_plane.records import BackendHealth
+from control_plane.controller.fanout import Notes, parallel
 from control_plane.settings import Settings
+from control_plane.tables.config import Gateway
+from control_plane.tables.records import BackendHealth
 
 log = logging.getLogger("sluice.controller.health")
 

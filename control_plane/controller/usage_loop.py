@@ -19,11 +19,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from control_plane.controller.fanout import Notes, parallel
 from control_plane.clients.gateway import GatewayClient, GatewayError
-from control_plane.models import Gateway
+from control_plane.controller.fanout import Notes, parallel
 from control_plane.services import usage_sync
 from control_plane.settings import Settings
+from control_plane.tables.config import Gateway
 
 log = logging.getLogger("sluice.controller.usage")
 

@@ -23,14 +23,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.controller.fanout import Notes, parallel
 from control_plane.clients.gateway import GatewayClient, GatewayError
-from control_plane.models import Gateway, Model
+from control_plane.controller.fanout import Notes, parallel
 from control_plane.scraper import Scraper
 from control_plane.services import scrapes, telemetry
 from control_plane.services.weights import (Coefficients, OutcomeWindow, compute, pools_of,
                                             saturated)
 from control_plane.settings import Settings
+from control_plane.tables.config import Gateway, Model
 
 log = logging.getLogger("sluice.controller.weights")
 

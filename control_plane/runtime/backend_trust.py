@@ -14,7 +14,7 @@ regular one, /_sluice/buffered_tls/<name>, for the subrequest of an answer conve
 whole (lua/sluice/relay.lua): ngx.location.capture cannot reach a named location.
 
 "system" and "noverify" always exist (location / proxies to plain backends only); a CA new to the gateway
-needs a graceful reload (Gateway.sync_trust), which happens only when the set of
+needs a graceful reload (GatewayProcess.sync_trust), which happens only when the set of
 CAs changes. Until then its backends are left out of their pools.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Used by `sluice up`, the test fixtures and the benchmarks, so that all of them start
 the data plane the same way::
 
-    gw = Gateway(GatewayConfig(prefix=Path("var/gw"), port=8080, internal_port=8081,
-                               token=secrets.token_urlsafe(32)))
+    gw = GatewayProcess(GatewayConfig(prefix=Path("var/gw"), port=8080, internal_port=8081,
+                                      token=secrets.token_urlsafe(32)))
     gw.start()
     gw.push(snapshot)      # POST /internal/snapshot
     gw.stop()
@@ -56,8 +56,9 @@ def _check_reachable_by_workers(path: Path) -> None:
                                   f"{WORKER_USER} and could not reach {path}")
 
 
-class Gateway:
-    """One nginx process tree in its own prefix."""
+class GatewayProcess:
+    """One nginx process tree in its own prefix (its row in the database, a fleet member,
+    is tables.config.Gateway)."""
 
     def __init__(self, cfg: GatewayConfig):
         self.cfg = cfg
@@ -326,7 +327,7 @@ class Gateway:
         except OSError:
             return "(no error log)"
 
-    def __enter__(self) -> "Gateway":
+    def __enter__(self) -> "GatewayProcess":
         self.start()
         return self
 

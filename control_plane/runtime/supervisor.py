@@ -2,7 +2,7 @@
 
 `sluice up` hands each child it started to a `Supervisor` under a name: anything with
 `start()`, `alive()`, `stop()` and `describe()` (a `Process` for a command; the
-`Gateway` for nginx; the PostgreSQL `Cluster`). The supervisor checks them every
+`GatewayProcess` for nginx; the PostgreSQL `Cluster`). The supervisor checks them every
 `interval`; a child found dead is logged and started again after a backoff that
 doubles with each death in a row (capped) and starts over once the child has stayed
 up for `reset_after` seconds. A child that cannot start is tried again on the same

@@ -11,9 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from control_plane.models import ADMIN_ROLES, AdminUser
-from control_plane.services.errors import Conflict, Invalid
 from control_plane.services import audit
+from control_plane.services.errors import Conflict, Invalid
+from control_plane.tables.config import ADMIN_ROLES, AdminUser
 
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_PASSWORD = 12

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane.models import Backend, Model
-from control_plane.records import Gpu
+from control_plane.tables.config import Backend, Model
+from control_plane.tables.records import Gpu
 
 
 def reported_classes(session: Session) -> dict[str, frozenset[str]]:

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
-from control_plane.records import AuditEntry
+from control_plane.tables.records import AuditEntry
 
 MAX_LIMIT = 1000
 # never copied into the trail: a key's hash is as good as the key for a lookup table;

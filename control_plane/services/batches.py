@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from control_plane.clients.amqp import Publisher
-from control_plane.job_records import FINAL_STATES, Batch, BatchFile, Job
 from control_plane.services import jobs
 from control_plane.services.errors import Invalid, NotFound
+from control_plane.tables.jobs import FINAL_STATES, Batch, BatchFile, Job
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 WINDOWS = ("24h",)

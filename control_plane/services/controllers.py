@@ -17,7 +17,7 @@ from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from control_plane.records import ControllerRecord
+from control_plane.tables.records import ControllerRecord
 
 # pg_try_advisory_lock(int4, int4): "the active Sluice controller" per database. The
 # two-key form (objsubid 2 in pg_locks) never meets the one-key locks the log shipper

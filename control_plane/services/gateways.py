@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Gateway
+from control_plane.tables.config import Gateway
 
 
 def _name_for(url: str, taken: set[str]) -> str:

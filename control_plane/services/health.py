@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Backend, Model
-from control_plane.records import BackendHealth
+from control_plane.tables.config import Backend, Model
+from control_plane.tables.records import BackendHealth
 
 # what a model shows: its best backend's state
 ORDER = ("ready", "loading", "unreachable", "unknown")

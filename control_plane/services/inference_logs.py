@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from control_plane.records import InferenceLog
+from control_plane.tables.records import InferenceLog
 
 MAX_LIMIT = 1000
 RETENTION_BATCH = 10_000

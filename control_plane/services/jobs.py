@@ -26,9 +26,9 @@ from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from control_plane.clients.amqp import Publisher, QueueUnavailable
-from control_plane.job_records import JOB_STATES, Batch, Job
 from control_plane.services import webhooks
 from control_plane.services.errors import Conflict, Invalid, NotFound
+from control_plane.tables.jobs import JOB_STATES, Batch, Job
 
 log = logging.getLogger(__name__)
 

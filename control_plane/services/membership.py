@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Gateway
 from control_plane.services.errors import Conflict
+from control_plane.tables.config import Gateway
 
 
 @dataclass(frozen=True)

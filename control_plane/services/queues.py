@@ -14,11 +14,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from control_plane.clients.gateway import GatewayClient, GatewayError
-from control_plane.models import PRIORITIES
 from control_plane.services import membership
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import GATEWAYS
 from control_plane.settings import Settings
+from control_plane.tables.config import PRIORITIES
 
 
 def live_gateways(session: Session, settings: Settings) -> dict[str, str]:

@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Consumer, Plan
-from control_plane.records import UsageDaily
 from control_plane.services.errors import NotFound
+from control_plane.tables.config import Consumer, Plan
+from control_plane.tables.records import UsageDaily
 
 QUOTAS = {  # plan field -> (period, what is counted)
     "daily_requests": ("today", "requests"),

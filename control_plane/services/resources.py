@@ -13,12 +13,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.clients import backend_tls
-from control_plane.models import (ApiKey, Backend, Base, Consumer, ContentPolicy, Gateway,
-                                  JwtIssuer, Model, ModelType, Plan, Route)
-from control_plane.models import Mapping as MappingRow
 from control_plane.services import audit
 from control_plane.services.config_state import bump_version
 from control_plane.services.errors import Conflict, Invalid, NotFound
+from control_plane.tables.base import Base
+from control_plane.tables.config import (ApiKey, Backend, Consumer, ContentPolicy, Gateway,
+                                         JwtIssuer, Model, ModelType, Plan, Route)
+from control_plane.tables.config import Mapping as MappingRow
 
 T = TypeVar("T", bound=Base)
 

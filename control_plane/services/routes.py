@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from control_plane.models import Model, Route, RouteVersion
 from control_plane.services import audit
 from control_plane.services.errors import Invalid
 from control_plane.services.resources import Resource
+from control_plane.tables.config import Model, Route, RouteVersion
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Model
-from control_plane.records import InferenceLog
+from control_plane.tables.config import Model
+from control_plane.tables.records import InferenceLog
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Backend
-from control_plane.records import BackendScrape, BackendScrapeSample
+from control_plane.tables.config import Backend
+from control_plane.tables.records import BackendScrape, BackendScrapeSample
 
 HISTORY_SECONDS = 600
 

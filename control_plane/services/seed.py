@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.models import ApiKey, Backend, Consumer, Model
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, KEYS, MODELS,
                                               hash_key)
+from control_plane.tables.config import ApiKey, Backend, Consumer, Model
 
 
 @dataclass(frozen=True)

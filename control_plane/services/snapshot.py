@@ -11,12 +11,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from control_plane.clients import backend_tls
-from control_plane.models import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
-                                  Model, ModelType, Plan)
 from control_plane.services import routes
 from control_plane.services import affinity
 from control_plane.services.config_state import current_version
 from control_plane.settings import Settings
+from control_plane.tables.config import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
+                                         Model, ModelType, Plan)
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Backend
-from control_plane.records import Gpu, GpuSample
 from control_plane.services import affinity
 from control_plane.services.config_state import bump_version
+from control_plane.tables.config import Backend
+from control_plane.tables.records import Gpu, GpuSample
 
 HISTORY_SECONDS = 600          # samples older than this are trimmed on ingest
 DEFAULT_STALE_AFTER = 15.0     # seconds without a report before a GPU is stale

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from control_plane.models import Consumer, Plan
-from control_plane.records import UsageDaily
+from control_plane.tables.config import Consumer, Plan
+from control_plane.tables.records import UsageDaily
 
 
 @dataclass(frozen=True)

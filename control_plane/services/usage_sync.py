@@ -23,8 +23,8 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from control_plane.models import Consumer
-from control_plane.records import UsageCursor, UsageDaily
+from control_plane.tables.config import Consumer
+from control_plane.tables.records import UsageCursor, UsageDaily
 
 log = logging.getLogger("sluice.usage")
 

@@ -33,10 +33,10 @@ import requests
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from control_plane.job_records import Job, WebhookDelivery, WebhookSecret
-from control_plane.models import Consumer
 from control_plane.services import audit
 from control_plane.services.errors import Invalid, NotFound
+from control_plane.tables.config import Consumer
+from control_plane.tables.jobs import Job, WebhookDelivery, WebhookSecret
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Async jobs: jobs, consumers' webhook secrets, webhook deliveries, and the OpenAI
-Batch API's files and batches (control_plane/job_records.py).
+Batch API's files and batches (control_plane/tables/jobs.py).
 
 Revision ID: 0016
 Revises: 0015

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.records import InferenceLog
 from control_plane.services import admin_users
+from control_plane.tables.records import InferenceLog
 
 PASSWORD = "correct horse battery"
 

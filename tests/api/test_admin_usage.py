@@ -5,8 +5,8 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.records import UsageDaily
 from control_plane.services import admin_users, usage
+from control_plane.tables.records import UsageDaily
 
 PASSWORD = "correct horse battery"
 

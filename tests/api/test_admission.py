@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from control_plane.app import create_app, dispose
-from control_plane.records import AuditEntry
 from control_plane.settings import Settings, SettingsError, load_settings
+from control_plane.tables.records import AuditEntry
 
 
 def test_plan_priority_and_backend_capacity_reach_the_snapshot(api, make):

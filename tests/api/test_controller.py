@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 
 from control_plane.controller.process import Controller
 from control_plane.db import make_engine
-from control_plane.models import Gateway
 from control_plane.runtime.procs import free_port
-from control_plane.records import BackendHealth
 from control_plane.services.resources import BACKENDS, GATEWAYS, MODELS
 from control_plane.settings import load_settings
+from control_plane.tables.config import Gateway
+from control_plane.tables.records import BackendHealth
 
 GATEWAY_TOKEN = "gw-token"
 

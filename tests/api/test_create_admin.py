@@ -57,7 +57,7 @@ def test_without_a_password_source_it_says_how(db_url):
 def test_admin_user_changes_are_in_the_audit_trail_without_secrets(db_url):
     from sqlalchemy import select
 
-    from control_plane.records import AuditEntry
+    from control_plane.tables.records import AuditEntry
 
     assert _run(db_url, "ida", "--password-stdin", stdin="first password!\n").returncode == 0
     assert _run(db_url, "ida", "--reset-password", "--password-stdin",

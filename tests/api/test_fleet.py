@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, update
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import Gateway
 from control_plane.services import admin_users
+from control_plane.tables.config import Gateway
 
 GATEWAY_TOKEN = "gateway-token-for-tests"
 

@@ -7,7 +7,7 @@ from sqlalchemy import inspect, text
 
 from control_plane import migrate
 from control_plane.db import make_engine
-from control_plane.models import Base
+from control_plane.tables import Base
 
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",
           "plans", "jwt_issuers", "content_policies", "admin_users",

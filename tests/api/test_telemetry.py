@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from control_plane.app import create_app, dispose
-from control_plane.records import Gpu
 from control_plane.settings import Settings
+from control_plane.tables.records import Gpu
 
 AGENT_TOKEN = "test-agent-token-0123"
 

@@ -7,9 +7,9 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.models import Gateway
-from control_plane.records import UsageDaily
 from control_plane.services import usage_sync
+from control_plane.tables.config import Gateway
+from control_plane.tables.records import UsageDaily
 
 TODAY = datetime.now(timezone.utc).date()
 D = TODAY.strftime("%Y%m%d")

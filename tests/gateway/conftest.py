@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from control_plane.runtime import procs
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 from control_plane.runtime.redis_server import RedisServer
 

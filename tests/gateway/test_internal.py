@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import requests
 
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import render
 
 

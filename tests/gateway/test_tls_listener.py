@@ -23,7 +23,7 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.runtime.certs import CertAuthority
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 from backend_http import Backend, entry, served
 from gateway_readings import access_lines

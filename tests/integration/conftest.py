@@ -16,7 +16,7 @@ import requests
 
 from control_plane.runtime import procs
 from control_plane.clients.admin import AdminClient
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 from jobs_harness import Receiver, job_env, start_worker
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane.runtime import procs
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 
 REPO = Path(__file__).resolve().parents[2]

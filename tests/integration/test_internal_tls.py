@@ -14,7 +14,7 @@ from waiting import eventually
 
 from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.runtime import procs
-from control_plane.runtime.gateway import Gateway
+from control_plane.runtime.gateway import GatewayProcess as Gateway
 from control_plane.runtime.nginx_conf import GatewayConfig
 
 

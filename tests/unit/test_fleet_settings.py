@@ -70,7 +70,7 @@ def test_internal_tls_renders_only_into_the_internal_server(tmp_path):
 
 
 def test_the_runtime_reaches_its_internal_listener_where_it_listens(tmp_path):
-    from control_plane.runtime.gateway import Gateway
+    from control_plane.runtime.gateway import GatewayProcess as Gateway
 
     def url(host, **tls):
         return Gateway(GatewayConfig(prefix=tmp_path, port=1, internal_port=2,

@@ -9,7 +9,7 @@ from sqlalchemy import (BigInteger, CheckConstraint, DateTime, ForeignKey, Integ
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from control_plane.models import Base
+from control_plane.tables.base import Base
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINAL_STATES = ("succeeded", "failed", "cancelled")

@@ -1,5 +1,5 @@
 """Database schema, part two: what the control plane observes and records rather than
-what operators configure (control_plane/models.py) — backend health, GPU telemetry and
+what operators configure (tables/config.py) — backend health, GPU telemetry and
 scrapes, usage per day, the shipped inference log and its checkpoint, the audit log,
 the controller processes.
 Changed only through Alembic."""
@@ -12,7 +12,7 @@ from sqlalchemy import (BigInteger, CheckConstraint, Date, DateTime, Float, Fore
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from control_plane.models import Base
+from control_plane.tables.base import Base
 
 
 class BackendHealth(Base):

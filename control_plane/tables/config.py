@@ -1,12 +1,16 @@
-"""Database schema (SQLAlchemy 2.0 declarative). Changed only through Alembic."""
+"""Tables of what operators configure: models, backends, routes, consumers, plans, keys,
+JWT issuers, content policies, gateways, admin users and the config version (what the
+snapshot is built from). Changed only through Alembic."""
 from __future__ import annotations
 
 from datetime import datetime
 
 from sqlalchemy import (BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey,
-                        Integer, MetaData, String, Text, UniqueConstraint, func)
+                        Integer, String, Text, UniqueConstraint, func)
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from control_plane.tables.base import Base, Timestamps
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor")
@@ -17,27 +21,6 @@ PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, high
 QUEUE_TIMEOUT_MS = {"critical": 10_000, "standard": 2_000, "best_effort": 0}
 MAX_QUEUE_TIMEOUT_MS = 600_000
 MAX_WEIGHT = 1000
-
-# Deterministic constraint names: the API maps a violated constraint back to a field.
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class Timestamps:
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now(), onupdate=func.now())
-
 
 class Model(Timestamps, Base):
     __tablename__ = "models"
@@ -355,10 +338,3 @@ class ConfigState(Base):
         DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
-
-
-# What the control plane observes and records lives in control_plane/records.py; its
-# tables join Base.metadata when this module loads (Alembic and the tests read it).
-from control_plane import records  # noqa: E402,F401  (after Base: records imports it)
-# Async jobs, webhook deliveries, the Batch API's files and batches (control_plane/job_records.py).
-from control_plane import job_records  # noqa: E402,F401
