@@ -34,10 +34,9 @@ from sqlalchemy import text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from control_plane import migrate  # noqa: E402
-from control_plane.db import make_engine  # noqa: E402
-from control_plane.runtime import postgres, procs  # noqa: E402
 from control_plane.clients.admin import AdminClient  # noqa: E402
+from control_plane.db import make_engine  # noqa: E402
+from control_plane.runtime import migrate, postgres, procs  # noqa: E402
 from control_plane.runtime.gateway import GatewayProcess as Gateway  # noqa: E402
 from control_plane.runtime.nginx_conf import GatewayConfig  # noqa: E402
 from control_plane.runtime.rabbitmq import Broker  # noqa: E402

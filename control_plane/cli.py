@@ -1,4 +1,10 @@
-"""The `sluice` command: one entry point for every process of the control plane."""
+"""The `sluice` command: one entry point for every process of the control plane.
+
+The top floor: nothing imports it. Each command imports its process's modules when it
+runs, not at start, so that a command loads only what it needs: `sluice api` execs
+gunicorn (which loads the app again) and `sluice agent` runs on GPU hosts; importing
+them all up front costs every `sluice` start about a second of CPU.
+"""
 from __future__ import annotations
 
 import argparse
@@ -28,21 +34,21 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from control_plane import worker
+    from control_plane.runtime import worker
     from control_plane.settings import load_settings
 
     return worker.main(load_settings())
 
 
 def _shipper(args: argparse.Namespace) -> int:
-    from control_plane import shipper
+    from control_plane.runtime import shipper
     from control_plane.settings import load_settings
 
     return shipper.main(load_settings())
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from control_plane import migrate
+    from control_plane.runtime import migrate
     from control_plane.settings import load_settings
 
     url = load_settings().database_url
@@ -213,7 +219,7 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from control_plane import up
+    from control_plane.runtime import up
 
     return up.main(workers=args.workers)
 

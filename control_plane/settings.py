@@ -50,7 +50,7 @@ class Settings:
     config_file: str | None = None
     secret_key: str | None = None
     cookie_secure: bool = False
-    # log shipping (control_plane/shipper.py): gateways' access logs on this host
+    # log shipping (control_plane/controller/ship_loop.py): gateways' access logs on this host
     access_logs: tuple[Any, ...] = ()
     ship_interval: float = 1.0
     # OTLP/HTTP endpoint the shipper exports one span per request to (clients/tracing.py)

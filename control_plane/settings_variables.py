@@ -168,7 +168,7 @@ def _slas(value: str) -> tuple[tuple[str, float], ...]:
 
 
 def _access_logs(value: str) -> tuple[Any, ...]:
-    from control_plane.shipper import parse_sources
+    from control_plane.controller.ship_loop import parse_sources
 
     return parse_sources(value)
 

@@ -1,4 +1,4 @@
-"""Alembic environment: online migrations against the URL control_plane.migrate passes."""
+"""Alembic environment: online migrations against the URL control_plane.runtime.migrate passes."""
 from __future__ import annotations
 
 import os

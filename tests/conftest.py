@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane import migrate
+from control_plane.runtime import migrate
 from control_plane.runtime import postgres
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ published with publisher confirms: `publish()` returns only once the broker has
 taken the message; a broker that cannot raises `QueueUnavailable` (the job stays
 `queued` in PostgreSQL and the sweeper enqueues it again, services/jobs.py).
 
-Consumers ack by hand, after the job's result is stored (control_plane/worker.py).
+Consumers ack by hand, after the job's result is stored (control_plane/runtime/worker.py).
 """
 from __future__ import annotations
 

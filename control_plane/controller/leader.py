@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, text
 from sqlalchemy.pool import NullPool
 
-from control_plane import cp_metrics
+from control_plane.controller import cp_metrics
 from control_plane.db import make_engine
 from control_plane.services import controllers
 from control_plane.services.controllers import LOCK

@@ -33,13 +33,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from control_plane import cp_metrics
 from control_plane.clients import tracing
 from control_plane.clients.gateway import GatewayClient, GatewayError
+from control_plane.controller import cp_metrics
 from control_plane.controller import telemetry_gauges
 from control_plane.controller.health_loop import HealthLoop
 from control_plane.controller.leader import Leadership
 from control_plane.controller.scaling_webhook import ScalingWebhook
+from control_plane.controller.ship_loop import Shipper
 from control_plane.controller.usage_loop import UsageLoop
 from control_plane.controller.weights_loop import WeightsLoop
 from control_plane.db import make_engine, make_sessionmaker
@@ -48,7 +49,6 @@ from control_plane.services import snapshot as snapshot_service
 from control_plane.services.config_state import current_version
 from control_plane.services.gateways import ensure_gateways
 from control_plane.settings import Settings, SettingsError, load_settings
-from control_plane.shipper import Shipper
 from control_plane.tables.config import Gateway
 
 log = logging.getLogger("sluice.controller")

@@ -9,7 +9,7 @@ from typing import Any
 
 import requests
 
-from control_plane import cp_metrics
+from control_plane.controller import cp_metrics
 
 log = logging.getLogger("sluice.controller.scaling")
 

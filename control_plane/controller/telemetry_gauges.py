@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control_plane import cp_metrics
+from control_plane.controller import cp_metrics
 
 
 def publish(gpus: list[dict[str, Any]]) -> None:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.clients.gateway import GatewayClient, GatewayError
 from control_plane.controller.fanout import Notes, parallel
-from control_plane.scraper import Scraper
+from control_plane.controller.scraper import Scraper
 from control_plane.services import scrapes, telemetry
 from control_plane.services.weights import (Coefficients, OutcomeWindow, compute, pools_of,
                                             saturated)

@@ -1,4 +1,4 @@
-"""Prometheus scrapes of backends' model servers (control_plane/scraper.py takes them):
+"""Prometheus scrapes of backends' model servers (control_plane/controller/scraper.py takes them):
 the latest per backend, a short history, and their free-capacity figure for the
 weight formula.
 

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from control_plane.db import make_engine, make_sessionmaker
-from control_plane.demo.metrics import DemoMetrics
 from control_plane.clients.gateway import GatewayClient
 from control_plane.controller.health_loop import HealthLoop
-from control_plane.scraper import Scraper
+from control_plane.controller.scraper import Scraper
+from control_plane.db import make_engine, make_sessionmaker
+from control_plane.demo.metrics import DemoMetrics
 from control_plane.services import scrapes, snapshot
 from control_plane.settings import Settings
 from tlsutil import CA, tls_backend

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from waiting import eventually
 
-from control_plane import migrate
 from control_plane.app import create_app, dispose
 from control_plane.db import make_engine, make_sessionmaker
+from control_plane.runtime import migrate
 from control_plane.runtime import postgres
 from control_plane.services import admin_users
 

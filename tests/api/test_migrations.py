@@ -5,8 +5,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from control_plane import migrate
 from control_plane.db import make_engine
+from control_plane.runtime import migrate
 from control_plane.tables import Base
 
 TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_state",

@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from control_plane.controller.ship_loop import Shipper, parse_sources
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services.scaling import Thresholds, recommend
-from control_plane.shipper import Shipper, parse_sources
 
 
 
@@ -79,7 +79,7 @@ def test_down_needs_low_traffic_and_idle_gpus(traffic):
 
 
 def test_controller_posts_changes_to_the_webhook_and_exports_them(db_url, traffic):
-    from control_plane import cp_metrics
+    from control_plane.controller import cp_metrics
     from control_plane.controller.process import Controller
     from control_plane.settings import Settings
 
@@ -133,7 +133,7 @@ def test_controller_exports_telemetry_age_and_stale_gpus(db_url, make):
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from control_plane import cp_metrics
+    from control_plane.controller import cp_metrics
     from control_plane.controller.process import Controller
     from control_plane.services import telemetry
     from control_plane.settings import Settings

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from control_plane.controller.scraper import Scraper
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo.backends import serve
 from control_plane.demo.metrics import DemoMetrics
-from control_plane.scraper import Scraper
 from control_plane.services import scrapes
 
 

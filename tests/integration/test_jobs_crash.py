@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from control_plane import migrate
+from control_plane.runtime import migrate
 from control_plane.runtime import postgres
 from control_plane.runtime.rabbitmq import Broker
 from jobs_harness import Receiver, job, job_env, start_worker, submit

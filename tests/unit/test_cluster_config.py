@@ -70,7 +70,7 @@ def test_redis_host_name_gets_a_resolver(tmp_path, monkeypatch):
 
 
 def test_sluice_up_passes_redis_to_its_gateway(monkeypatch):
-    from control_plane import up
+    from control_plane.runtime import up
 
     monkeypatch.setenv("SLUICE_REDIS_URL", "redis://10.1.2.3:6379/1")
     monkeypatch.setenv("SLUICE_REDIS_FAILURE", "closed")

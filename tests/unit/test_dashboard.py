@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from control_plane import cp_metrics
+from control_plane.controller import cp_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "sluice.json"

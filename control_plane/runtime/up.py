@@ -22,16 +22,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from control_plane import migrate
 from control_plane.clients.admin import AdminClient, AdminError
+from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo import fleet
-from control_plane.runtime import certs, postgres, procs, rabbitmq
+from control_plane.runtime import certs, migrate, postgres, procs, rabbitmq
 from control_plane.runtime.gateway import GatewayProcess
 from control_plane.runtime.nginx_conf import GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
+from control_plane.services import admin_users
 from control_plane.settings import SettingsError, load_settings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 FIRST_ADMIN = "admin"
 
@@ -76,9 +77,6 @@ def _secrets(var: Path) -> dict:
 def _first_admin(db_url: str, password: str) -> str | None:
     """Create the UI's first admin user with the saved password; return the password
     when it still signs in (None once someone has changed it)."""
-    from control_plane.db import make_engine, make_sessionmaker
-    from control_plane.services import admin_users
-
     engine = make_engine(db_url)
     try:
         with make_sessionmaker(engine)() as session:

@@ -31,8 +31,8 @@ import requests
 from pika.exceptions import AMQPError
 from sqlalchemy import exc as sa_exc
 
-from control_plane.db import make_engine, make_sessionmaker
 from control_plane.clients.amqp import Consumer, Publisher
+from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services import batches, jobs, webhooks
 from control_plane.settings import Settings
 

@@ -19,6 +19,7 @@ new file on a reused inode: it is read from 0.
 
 With SLUICE_OTLP_ENDPOINT set, each line shipped also becomes one OpenTelemetry span
 (control_plane/clients/tracing.py), handed to the exporter after the transaction commits.
+`sluice shipper` runs this on its own (runtime/shipper.py); the controller runs it too.
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from control_plane import cp_metrics
-from control_plane.clients import tracing
 from control_plane.clients.tracing import SpanExport
+from control_plane.controller import cp_metrics
+from control_plane.services.inference_logs import delete_older_than, retention_cutoff
 
 log = logging.getLogger("sluice.shipper")
 
@@ -264,8 +265,6 @@ class Shipper:
 
     def prune(self, retention_days: float) -> int:
         """Retention: remove rows older than `retention_days`, in batches."""
-        from control_plane.services.inference_logs import delete_older_than, retention_cutoff
-
         removed = delete_older_than(self.engine, retention_cutoff(retention_days))
         if removed:
             log.info("retention: removed %d inference log rows older than %g days",
@@ -288,34 +287,3 @@ class Shipper:
             deadline = time.monotonic() + interval
             while not stopping() and time.monotonic() < deadline:
                 time.sleep(min(0.1, interval))
-
-
-def main(settings) -> int:
-    """`sluice shipper`: ship the access logs of SLUICE_ACCESS_LOGS until SIGTERM/SIGINT."""
-    import signal
-
-    from control_plane.db import make_engine
-
-    if not settings.access_logs:
-        log.error("SLUICE_ACCESS_LOGS is empty: nothing to ship")
-        return 2
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-    engine = make_engine(settings.require_database_url())
-    cp_metrics.serve(settings.controller_metrics_port, settings.controller_metrics_host)
-    spans = tracing.from_settings(settings)
-    shipper = Shipper(engine, settings.access_logs, spans=spans)
-    log.info("shipping %s every %.1fs", ", ".join(f"{s.name}={s.path}"
-                                                   for s in settings.access_logs),
-             settings.ship_interval)
-    try:
-        shipper.run_forever(settings.ship_interval, lambda: bool(stop),
-                            settings.log_retention_days)
-    finally:
-        if spans is not None:
-            spans.shutdown()   # exports what is queued
-        engine.dispose()
-    log.info("shipper stopped: %d rows shipped, %d lines skipped", shipper.shipped,
-             shipper.skipped)
-    return 0

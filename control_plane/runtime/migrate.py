@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, pool, text
 from control_plane.db import normalize_url
 
 # migrations/ sits next to the package in the source tree (installed editable).
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def _config(url: str | None = None) -> Config:
