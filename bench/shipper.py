@@ -19,10 +19,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from control_plane.controller.ship_loop import Shipper, Source  # noqa: E402
+from control_plane.controller.ship_loop import Shipper  # noqa: E402
 from control_plane.db import make_engine  # noqa: E402
 from control_plane.runtime import migrate  # noqa: E402
 from control_plane.runtime import postgres  # noqa: E402
+from control_plane.settings import Source  # noqa: E402
 
 
 def write_log(path: Path, rows: int) -> None:

@@ -140,7 +140,7 @@ def audit_log() -> Response:
 def scaling_signals() -> Response:
     query_args({})
     settings = current_app.config["SLUICE_SETTINGS"]
-    t = settings.scaling_thresholds()
+    t = scaling.thresholds(settings)
 
     def gpu(session):
         return telemetry.model_utilization(session, settings.telemetry_stale_after)

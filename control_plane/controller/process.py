@@ -166,7 +166,7 @@ class Controller:
             return []
         self._next_scaling = now + SCALING_EVERY
         with self._sessions() as session:
-            recs = scaling.recommend(session, self.settings.scaling_thresholds(),
+            recs = scaling.recommend(session, scaling.thresholds(self.settings),
                                      gpu=self._gpu_utilization)
             gpus = telemetry.latest(session, self.settings.telemetry_stale_after)
         telemetry_gauges.publish(gpus)

@@ -31,7 +31,6 @@ import os
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from sqlalchemy import Engine, text
 from control_plane.clients.tracing import SpanExport
 from control_plane.controller import cp_metrics
 from control_plane.services.inference_logs import delete_older_than, retention_cutoff
+from control_plane.settings import Source
 
 log = logging.getLogger("sluice.shipper")
 
@@ -52,29 +52,6 @@ COPY_SQL = f"COPY inference_logs ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT 
 _LIMITS = {"request_id": 128, "consumer": 128, "plan": 128, "model_name": 128,
            "backend": 128, "method": 16, "path": 1024, "cache_status": 16,
            "error_type": 64}
-
-
-@dataclass(frozen=True)
-class Source:
-    """One gateway's access log: `name` goes into the `gateway` column."""
-    name: str
-    path: Path
-
-
-def parse_sources(value: str) -> tuple[Source, ...]:
-    """`name=/path/access.log,other=/path2/access.log` (a bare path names itself)."""
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, path = item.partition("=")
-        if not sep:
-            name, path = item, item
-        if not name.strip() or not path.strip():
-            raise ValueError(f"{item!r} is not NAME=PATH")
-        out.append(Source(name.strip()[:256], Path(path.strip())))
-    return tuple(out)
 
 
 def _int(v: str | None) -> int | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from control_plane.clients.backend_tls import SYSTEM_CA_FILE
 from control_plane.runtime import nginx_tls
-from control_plane.settings_variables import parse_redis_url
+from control_plane.settings import parse_redis_url
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"

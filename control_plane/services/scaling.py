@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from control_plane.settings import Settings
 from control_plane.tables.config import Model
 from control_plane.tables.records import InferenceLog
 
@@ -31,6 +32,15 @@ class Thresholds:
     down_gpu_utilization: float = 0.15
     up_requests_per_second: float = 50.0
     up_p99_ms: float = 2000.0
+
+
+def thresholds(settings: Settings) -> Thresholds:
+    """The thresholds SLUICE_SCALE_* set."""
+    return Thresholds(window_seconds=settings.scale_window,
+                      down_requests_per_minute=settings.scale_down_rpm,
+                      down_gpu_utilization=settings.scale_down_gpu,
+                      up_requests_per_second=settings.scale_up_rps,
+                      up_p99_ms=settings.scale_up_p99_ms)
 
 
 # model name -> mean GPU utilisation 0..1 of the GPUs serving it (None: unknown)

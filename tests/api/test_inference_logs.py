@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from control_plane.controller.ship_loop import Shipper, parse_sources, to_row
+from control_plane.controller.ship_loop import Shipper, to_row
 from control_plane.db import make_engine
 from control_plane.services.inference_logs import delete_older_than
+from control_plane.settings import parse_sources
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 

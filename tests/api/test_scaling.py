@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from control_plane.controller.ship_loop import Shipper, parse_sources
+from control_plane.controller.ship_loop import Shipper
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services.scaling import Thresholds, recommend
+from control_plane.settings import parse_sources
 
 
 

@@ -15,7 +15,7 @@ from kubernetes_validate import utils as kv
 
 import kustomize_lite
 from cli_check import parse
-from control_plane.settings_variables import _VARIABLES
+from control_plane.settings import VARIABLES as _VARIABLES
 from kustomize_lite import containers, pod_spec
 
 REPO = Path(__file__).resolve().parents[2]

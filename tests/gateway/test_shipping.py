@@ -127,7 +127,8 @@ def test_nothing_lost_nothing_doubled(served, helpers, db_url, engine, tmp_path)
 
 def test_admin_api_finds_shipped_rows(served, helpers, db_url, engine, tmp_path):
     from control_plane.app import create_app, dispose
-    from control_plane.controller.ship_loop import Shipper, parse_sources
+    from control_plane.controller.ship_loop import Shipper
+    from control_plane.settings import parse_sources
 
     sent: list[str] = []
     send(served, helpers, "api", 10, sent)

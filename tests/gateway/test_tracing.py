@@ -11,8 +11,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 
 from control_plane.clients.tracing import SpanExport
-from control_plane.controller.ship_loop import Shipper, parse_sources
+from control_plane.controller.ship_loop import Shipper
 from control_plane.db import make_engine
+from control_plane.settings import parse_sources
 from backend_http import Backend, entry, served
 from gateway_readings import access_lines
 from waiting import eventually

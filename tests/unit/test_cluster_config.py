@@ -9,7 +9,7 @@ import pytest
 from control_plane.runtime import nginx_conf
 from control_plane.runtime.nginx_conf import GatewayConfig, render
 from control_plane.settings import SettingsError, load_settings
-from control_plane.settings_variables import RedisURL, parse_redis_url
+from control_plane.settings import RedisURL, parse_redis_url
 
 
 def test_defaults_no_redis_fail_open():

@@ -12,8 +12,7 @@ from urllib.parse import unquote
 import pytest
 
 from control_plane import reference_docs
-from control_plane.settings_descriptions import DESCRIPTIONS
-from control_plane.settings_variables import _VARIABLES
+from control_plane.settings import DESCRIPTIONS, VARIABLES as _VARIABLES
 from docs_tools import DOCUMENTS, MARKDOWN, REPO, anchors, blocks, examples, links
 
 GUIDES = [p for p in DOCUMENTS if p.parent.name == "docs"]
