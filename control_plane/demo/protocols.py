@@ -118,7 +118,6 @@ def _rows(tensor) -> list:
 
 
 def v2_infer(handler, match, body) -> None:
-    from control_plane.demo.backends import prediction
     body = _object(body)
     inputs = body.get("inputs")
     if not isinstance(inputs, list) or not inputs:
@@ -173,7 +172,6 @@ def _stream(handler, events, done: bool) -> None:
 # ---- tfserving -------------------------------------------------------------------------
 
 def tf_predict(handler, match, body) -> None:
-    from control_plane.demo.backends import prediction
     instances = _object(body).get("instances")
     if not isinstance(instances, list) or not instances:
         raise BadRequest("'instances' must be a non-empty list")
