@@ -210,8 +210,8 @@ def test_no_import_cycles():
 
 
 def test_the_floor_rule_catches_what_it_should():
-    """The checks above find what they look for: an upward import, a hidden one and a
-    cycle, in made-up modules."""
+    """The pieces the checks above stand on: the floors' order, the cycle finder on a
+    made-up graph, and the module an import inside a function loads."""
     assert floor_of("control_plane.settings") < floor_of("control_plane.tables.config") \
         < floor_of("control_plane.clients.gateway") < floor_of("control_plane.services.jobs") \
         < floor_of("control_plane.controller.process") < floor_of("control_plane.runtime.up") \
