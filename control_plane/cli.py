@@ -71,7 +71,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
     from control_plane.runtime import membership
     from control_plane.runtime.gateway import GatewayProcess
-    from control_plane.runtime.nginx_conf import GatewayConfig
+    from control_plane.runtime.gateway_config import GatewayConfig
     from control_plane.settings import load_settings
 
     settings = load_settings()

@@ -36,8 +36,8 @@ import requests
 
 from control_plane.clients.gateway import GatewayClient
 from control_plane.runtime import backend_trust, nginx_tls, procs
-from control_plane.runtime.nginx_conf import (WORKER_GROUP, WORKER_USER, GatewayConfig,
-                                              _is_root, render)
+from control_plane.runtime.gateway_config import GatewayConfig
+from control_plane.runtime.nginx_conf import WORKER_GROUP, WORKER_USER, _is_root, render
 
 log = logging.getLogger("sluice.gateway")
 

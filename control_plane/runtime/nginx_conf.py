@@ -1,5 +1,6 @@
-"""The gateway's nginx.conf: `GatewayConfig` (what differs between two gateways on one
-machine) and `render`, which fills nginx/nginx.conf.tmpl's {{placeholders}} from it.
+"""The gateway's nginx.conf: `render`, which fills nginx/nginx.conf.tmpl's
+{{placeholders}} from a `GatewayConfig` (runtime/gateway_config.py: what differs
+between two gateways on one machine).
 
 Pure text: nothing here starts nginx or writes a file (runtime/gateway.py does);
 the TLS lines come from runtime/nginx_tls.py.
@@ -9,14 +10,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from control_plane.clients.backend_tls import SYSTEM_CA_FILE
 from control_plane.runtime import nginx_tls
+from control_plane.runtime.gateway_config import REPO, GatewayConfig
 from control_plane.settings import parse_redis_url
 
-REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
 
 # Workers drop to this user when the master runs as root (this machine, CI).
@@ -28,46 +28,6 @@ WORKER_GROUP = "nogroup"
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 _SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
 _PLACEHOLDER_RE = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
-
-
-@dataclass
-class GatewayConfig:
-    """Everything that differs between two gateways on one machine."""
-
-    prefix: Path
-    port: int
-    internal_port: int
-    token: str
-    workers: int = 2
-    listen_host: str = "127.0.0.1"
-    # Loopback unless a private network (a compose network) must reach it.
-    internal_host: str = "127.0.0.1"
-    client_max_body_size: str = "1m"
-    # Characters of each request body kept, PII-masked, in the access log; 0 = none.
-    log_excerpts: int = 0
-    # Cluster mode: redis://[[user]:password@]host[:port][/db] shared by the gateways
-    # for rate limits and quotas; on Redis failure fall back to local counters
-    # ("open") or refuse limited requests with 503 ("closed").
-    redis_url: str | None = None
-    redis_failure: str = "open"
-    lua_root: Path = field(default_factory=lambda: REPO / "lua")
-    error_log_level: str = "warn"
-    # The public HTTPS listener (HTTP/2 by ALPN, HTTP/1.x as before): on when tls_port
-    # is set. tls_cert is a PEM file, the server's certificate first, then any
-    # intermediates; tls_key its private key. plain=False turns the HTTP listener
-    # (`port`) off, for deployments where callers must use HTTPS.
-    tls_port: int | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    plain: bool = True
-    # Optional TLS on the internal listener (PEM files; a chain file works), and the
-    # CA this process verifies it with when it calls its own listener.
-    internal_tls_cert: Path | None = None
-    internal_tls_key: Path | None = None
-    internal_ca: Path | None = None
-    # Async jobs, files and batches: the jobs service (`sluice api`) this gateway
-    # hands them to (lua/sluice/jobs.lua); None: such requests get 503.
-    jobs_url: str | None = None
 
 
 def _is_root() -> bool:

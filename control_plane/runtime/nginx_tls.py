@@ -7,10 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # only for the annotations: nginx_conf.py imports this module
-    from control_plane.runtime.nginx_conf import GatewayConfig
+from control_plane.runtime.gateway_config import GatewayConfig
 
 
 # A path that nginx reads as one literal argument: quoted, and with no "$" (since

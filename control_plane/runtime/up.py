@@ -27,7 +27,7 @@ from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo import fleet
 from control_plane.runtime import certs, migrate, postgres, procs, rabbitmq
 from control_plane.runtime.gateway import GatewayProcess
-from control_plane.runtime.nginx_conf import GatewayConfig
+from control_plane.runtime.gateway_config import GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
 from control_plane.services import admin_users
 from control_plane.settings import SettingsError, load_settings

@@ -99,20 +99,16 @@ def _is_main_guard(node: ast.AST) -> bool:
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 class Import:
     def __init__(self, module: str, target: str, line: int, where: str):
         self.module, self.target, self.line, self.where = module, target, line, where
 
 
 def imports() -> list[Import]:
-    """Every import of ours, with where it sits: "top" (run on import), "function",
-    "main" (under `if __name__ == "__main__":`, run only as a program, when this file
-    is `__main__` and not the module others import) or "typing" (under
-    `if TYPE_CHECKING:`, never run)."""
+    """Every import of ours, with where it sits: "top" (run on import, or read by a
+    type checker under `if TYPE_CHECKING:`), "function", or "main" (under
+    `if __name__ == "__main__":`, run only as a program, when this file is `__main__`
+    and not the module others import)."""
     found = []
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(), str(path))
@@ -124,8 +120,6 @@ def imports() -> list[Import]:
                     inner = "function"
                 elif where == "top" and _is_main_guard(child):
                     inner = "main"
-                elif where == "top" and _is_type_checking(child):
-                    inner = "typing"
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     for target in _targets(module, path, child):
                         found.append(Import(module, target, child.lineno, where))
@@ -195,12 +189,12 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     # Every import that runs when a module is imported, wherever it sits in the file
     # (a package's __init__ importing its own modules is no cycle: Python loads the
-    # package first). Not those under `if __name__ == "__main__":` (the module run as
-    # a program is another module object than the one imported) nor those under
-    # `if TYPE_CHECKING:` (never run; annotations only).
+    # package first), and those under `if TYPE_CHECKING:` too. Not those under
+    # `if __name__ == "__main__":` (the module run as a program is another module
+    # object than the one imported).
     edges: dict[str, set[str]] = {}
     for i in IMPORTS:
-        if i.where in ("main", "typing") or i.target == i.module:
+        if i.where == "main" or i.target == i.module:
             continue
         if i.module.startswith(i.target + "."):
             continue   # a module importing its own package (the package loads first)
