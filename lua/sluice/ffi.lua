@@ -28,6 +28,7 @@ local pcall = pcall
 local pairs = pairs
 local type = type
 local concat = table.concat
+local str_gsub = string.gsub
 local error = error
 
 -- Every private C symbol called below.
@@ -104,7 +105,8 @@ function _M.check(extra_symbols)
     local function symbol(name)
         local ok, err = pcall(index_c, name)
         if not ok then
-            missing[#missing + 1] = "C symbol " .. name .. " (" .. err .. ")"
+            -- "missing declaration for symbol ...", "undefined symbol: ..."
+            missing[#missing + 1] = "C symbol " .. name .. " (" .. str_gsub(err, "^.-:%d+: ", "") .. ")"
         end
     end
     for i = 1, #SYMBOLS do
