@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -87,14 +88,18 @@ def nginx_url():
 
 def test_every_lua_file_is_found():
     assert {"test_ffi", "test_headers", "test_context", "test_metrics", "test_queue",
-            "test_balancer", "test_adapters"} <= set(FILES), FILES
+            "test_balancer", "test_adapters", "test_adapters_stream"} <= set(FILES), FILES
 
 
 @pytest.mark.parametrize("name", FILES)
 def test_lua_file_passes_in_nginx(nginx_url, name):
     url, prefix = nginx_url
-    with urllib.request.urlopen(f"{url}/run?file={name}", timeout=60) as res:
-        out = res.read().decode()
+    try:
+        with urllib.request.urlopen(f"{url}/run?file={name}", timeout=60) as res:
+            out = res.read().decode()
+    except urllib.error.HTTPError as e:  # the file did not load: its error, and the log's
+        out = e.read().decode() + (prefix / "logs" / "error.log").read_text()[-4000:]
+        pytest.fail(out)
     last = out.strip().splitlines()[-1]
     assert last.endswith(" failed") and " passed, 0 failed" in last, \
         out + (prefix / "logs" / "error.log").read_text()[-4000:]
