@@ -7,7 +7,8 @@ demo data through the admin API, the gateway (nginx: HTTP, and HTTPS with a demo
 made under var/tls), the controller and one `sluice worker` (async jobs, batches). The
 gateway registers with the admin API and heartbeats like every member of a fleet (the
 same runtime/membership.py that `sluice gateway` runs), so the admin UI shows its
-version, boot id and last heartbeat. Prints how to call it, writes the same facts to var/sluice-up.json (mode 0600), then supervises: a child that dies
+version, boot id and last heartbeat. Prints how to call it, writes the same facts to
+var/sluice-up.json (mode 0600), then supervises: a child that dies
 (nginx and PostgreSQL included) is logged and started again with backoff
 (runtime/supervisor.py), the others keep running. On SIGINT/SIGTERM it stops every
 child it started.
