@@ -234,7 +234,8 @@ def test_column_headers_break_between_words_only(stack, ui):
         ui.open("/gateways/")
 
         def errored(d) -> bool:   # the page does not refresh by itself
-            if "connection refused" in d.find_element(By.CSS_SELECTOR, "table.grid").text:
+            if "connection refused" in d.find_element(By.CSS_SELECTOR,
+                                                       "table.grid").text.lower():
                 return True
             d.refresh()
             return False
