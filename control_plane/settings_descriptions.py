@@ -13,9 +13,9 @@ DESCRIPTIONS: dict[str, str | tuple[str, str]] = {
     "SLUICE_GATEWAY_TOKEN": ("generated likewise",
                              "token of the gateways' internal listeners (and of gateway "
                              "registration)"),
-    "SLUICE_GATEWAYS": ("the local gateway (`sluice up`)",
+    "SLUICE_GATEWAYS": ("none",
                         "comma-separated internal URLs the controller pushes to, beside "
-                        "the gateways that register themselves"),
+                        "the gateways that register themselves (`sluice up`'s does)"),
     "SLUICE_API_HOST": "address the admin API listens on",
     "SLUICE_API_PORT": "port of the admin API and UI",
     "SLUICE_GATEWAY_PORT": "the gateway's public plain-HTTP port",
@@ -91,7 +91,7 @@ DESCRIPTIONS: dict[str, str | tuple[str, str]] = {
     "SLUICE_DB_CONNECT_TIMEOUT": "whole seconds the admin API waits for a PostgreSQL "
                                  "connection before answering 503 (libpq's minimum is 2; a "
                                  "`connect_timeout` in `DATABASE_URL` wins)",
-    "SLUICE_CONTROL_PLANE_URL": ("none (no registration)",
+    "SLUICE_CONTROL_PLANE_URL": ("none (no registration; `sluice up`: its admin API)",
                                  "admin API base URL `sluice gateway` registers and "
                                  "heartbeats at, with the gateway token"),
     "SLUICE_GATEWAY_NAME": ("the host name",
