@@ -3,7 +3,7 @@
 Copies lua/ to a temporary folder and puts a timing wrapper in front of
 sluice/phases.lua (the product's own file is untouched): every entry point (access,
 balancer, header_filter, body_filter, log) and the steps phases.lua calls through
-module tables (auth.authenticate, router.model_name, ...) are timed with the
+module tables (auth.authenticate, target.model_name, ...) are timed with the
 monotonic clock (FFI clock_gettime, vDSO: tens of ns per reading; the wrapper's own
 cost per timed call is measured and subtracted). Then starts the upstream and one
 1-worker gateway of bench/gateway.py from that copy, warms up, resets the counters,
@@ -37,13 +37,13 @@ STEPS = {
     "sluice.endpoints": ["match"],
     "sluice.config": ["get"],
     "sluice.auth": ["authenticate", "allowed"],
-    "sluice.router": ["model_name", "pool"],
+    "sluice.target": ["model_name", "pool"],
     "sluice.policy": ["check", "headers", "body_filter", "release"],
     "sluice.limits": ["enter", "take_all"],
     "sluice.tokens": ["body_filter", "reconcile"],
     "sluice.usage": ["count", "log"],
     "sluice.content": ["check"],
-    "sluice.routes": ["choose", "header"],
+    "sluice.splits": ["choose", "header"],
     "sluice.cache": ["lookup", "header_filter", "body_filter"],
     "sluice.admission": ["admit", "attempt", "release"],
     "sluice.balancer": ["choose", "balance", "log"],

@@ -5,7 +5,7 @@
    lookup + weighted pick over controller weights x breaker health + probe check)
    in a loop and times it. Pools of 10, 100 and 1,000 backends, with a weight table
    pushed and some circuits open. Nothing is proxied: this is the decision alone.
-   Then the route-version choice (sluice.routes.pick) of a canary route with one
+   Then the route-version choice (sluice.splits.pick) of a canary route with one
    condition, sticky, over 10,000 consumers.
 2. The controller's weight step for 10,000 backends (100 pools of 100): formula over
    synthetic telemetry and stats (weights.compute), JSON encoding, and the push to a

@@ -3,11 +3,11 @@
 -- the half-open probe check), `iters` times, timed with ngx.now().
 -- GET /?model=<name>&iters=<n>  ->  {"iters": n, "us_per_decision": x, "picks": {...}}
 -- GET /?route=<name>&iters=<n>&consumers=<c>: instead, the route-version choice
--- (sluice.routes.pick: conditions, then the sticky hash) for c distinct consumers in
+-- (sluice.splits.pick: conditions, then the sticky hash) for c distinct consumers in
 -- turn, every other one a vip  ->  {..., "picks": {version: count}}
 local cjson = require("cjson.safe")
 local config = require("sluice.config")
-local router = require("sluice.router")
+local target = require("sluice.target")
 local balancer = require("sluice.balancer")
 
 local ngx = ngx
@@ -27,7 +27,7 @@ end
 
 local route_name = args.route
 if route_name then
-    local routes = require("sluice.routes")
+    local splits = require("sluice.splits")
     local route = snap.routes[route_name]
     local n = tonumber(args.consumers) or 10000
     local consumers, attrs = {}, {}
@@ -40,7 +40,7 @@ if route_name then
     local t0 = ngx.now()
     for i = 1, iters do
         local c = i % n + 1
-        local v = routes.pick(route, attrs[c], consumers[c])
+        local v = splits.pick(route, attrs[c], consumers[c])
         picks[v] = (picks[v] or 0) + 1
     end
     ngx.update_time()
@@ -54,14 +54,14 @@ local ctx = {}
 local picks = {}
 -- warm up (JIT, worker caches)
 for _ = 1, 1000 do
-    local pool = router.pool(snap, ENDPOINT, model)
+    local pool = target.pool(snap, ENDPOINT, model)
     balancer.choose(ctx, pool, snap.breaker)
 end
 ngx.update_time()
 local t0 = ngx.now()
 for _ = 1, iters do
     local s = config.get()                       -- the per-request snapshot check
-    local pool = router.pool(s, ENDPOINT, model)
+    local pool = target.pool(s, ENDPOINT, model)
     local b = balancer.choose(ctx, pool, s.breaker)
     if b then
         local k = b.id_s

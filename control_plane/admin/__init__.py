@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Flask
 
-from control_plane.admin import (auth, dashboard, history, pages,  # noqa: F401  (routes)
-                                  usage)
+from control_plane.admin import (auth, dashboard, formats,  # noqa: F401  (routes, filters)
+                                  history, pages, usage)
 from control_plane.admin.blueprint import bp
 
 

@@ -4,8 +4,11 @@ Starts, in order: PostgreSQL (a private cluster under var/pg unless DATABASE_URL
 given), migrations to head, the admin UI's first user, RabbitMQ (a private node under
 var/rabbitmq unless SLUICE_AMQP_URL is given), demo backends, the admin API (gunicorn),
 demo data through the admin API, the gateway (nginx: HTTP, and HTTPS with a demo CA
-made under var/tls), the controller and one `sluice worker` (async jobs, batches). Prints how to call it, writes
-the same facts to var/sluice-up.json (mode 0600), then supervises: a child that dies
+made under var/tls), the controller and one `sluice worker` (async jobs, batches). The
+gateway registers with the admin API and heartbeats like every member of a fleet (the
+same runtime/membership.py that `sluice gateway` runs), so the admin UI shows its
+version, boot id and last heartbeat. Prints how to call it, writes the same facts to
+var/sluice-up.json (mode 0600), then supervises: a child that dies
 (nginx and PostgreSQL included) is logged and started again with backoff
 (runtime/supervisor.py), the others keep running. On SIGINT/SIGTERM it stops every
 child it started.
@@ -25,7 +28,7 @@ from pathlib import Path
 from control_plane.clients.admin import AdminClient, AdminError
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo import fleet
-from control_plane.runtime import certs, migrate, postgres, procs, rabbitmq
+from control_plane.runtime import certs, membership, migrate, postgres, procs, rabbitmq
 from control_plane.runtime.gateway import GatewayProcess
 from control_plane.runtime.gateway_config import GatewayConfig
 from control_plane.runtime.supervisor import Backoff, Process, Supervisor
@@ -109,6 +112,7 @@ class Stack:
     cluster: postgres.Cluster | None = None
     broker: rabbitmq.Broker | None = None
     gateway: GatewayProcess | None = None
+    member: membership.Membership | None = None
 
     def start(self) -> dict:
         self.var.mkdir(parents=True, exist_ok=True)
@@ -129,11 +133,14 @@ class Stack:
         admin_password = _first_admin(db_url, creds["admin_password"])
         amqp_url = os.environ.get("SLUICE_AMQP_URL") or self._private_broker()
 
+        advertise_url = f"http://127.0.0.1:{internal_port}"
         env = dict(os.environ, DATABASE_URL=db_url,
                    SLUICE_ADMIN_TOKEN=creds["admin_token"],
                    SLUICE_GATEWAY_TOKEN=creds["gateway_token"],
                    SLUICE_SECRET_KEY=creds["secret_key"],
-                   SLUICE_GATEWAYS=f"http://127.0.0.1:{internal_port}",
+                   # the gateway registers itself there (runtime/membership.py)
+                   SLUICE_CONTROL_PLANE_URL=f"http://127.0.0.1:{api_port}",
+                   SLUICE_GATEWAY_ADVERTISE_URL=advertise_url,
                    SLUICE_API_HOST="127.0.0.1", SLUICE_API_PORT=str(api_port),
                    SLUICE_ACCESS_LOGS=f"gateway={self.var / 'gateway' / 'logs' / 'access.log'}",
                    SLUICE_CONTROLLER_METRICS_PORT=str(cp_metrics_port),
@@ -148,6 +155,7 @@ class Stack:
         procs.wait_http(admin_url + "/config", proc=api.proc, timeout=30)
         admin = AdminClient(admin_url, creds["admin_token"])
         demo_keys = self._seed(admin, backend_urls, creds)
+        _forget_listed(admin, advertise_url)
 
         # HTTPS beside HTTP: a private demo CA and a server certificate for
         # 127.0.0.1/localhost under var/tls, made once and reused by later runs.
@@ -162,6 +170,10 @@ class Stack:
                                                     **_gateway_settings()))
         self.gateway.start()
         self.supervisor.add("gateway", self.gateway)
+        # what `sluice gateway` does beside nginx: register, then heartbeat
+        self.member = membership.from_settings(load_settings(env),
+                                               lambda: self.gateway.usage()["boot"])
+        self.member.start()
         self._spawn("controller", [sys.executable, "-m", "control_plane.cli", "controller"],
                     env, logs)
         self._spawn("worker", [sys.executable, "-m", "control_plane.cli", "worker"], env, logs)
@@ -268,8 +280,20 @@ class Stack:
                 self.gateway.sync_trust()
 
     def stop(self) -> None:
-        """Every child, last started first: PostgreSQL goes last."""
+        """Every child, last started first: PostgreSQL goes last. The gateway says it
+        leaves first, as `sluice gateway` does."""
+        if self.member is not None:
+            self.member.stop(leaving=True)
         self.supervisor.stop()
+
+
+def _forget_listed(admin: AdminClient, internal_url: str) -> None:
+    """A var/ from before `sluice up` registered its gateway lists it by URL (the
+    controller's SLUICE_GATEWAYS row); such a row would refuse the registration at
+    that URL, so it goes."""
+    for gw in admin.list("gateways"):
+        if not gw["registered"] and gw["internal_url"] == internal_url:
+            admin.delete("gateways", gw["id"])
 
 
 def _banner(info: dict) -> str:

@@ -1,5 +1,5 @@
 -- The request body before any step reads it: the cheap checks every inference body
--- passes (sluice.router runs them on the raw bytes), and whether a request needs its
+-- passes (sluice.target runs them on the raw bytes), and whether a request needs its
 -- body decoded at all (issue 13: a body is decoded only when a step needs it).
 --
 -- A request whose path names the model (/v1/models/{m}/predict, /v2/models/{m}/infer)
@@ -19,7 +19,7 @@
 -- attributes, never the body; a fallback decodes its saved body itself.
 --
 -- A body that is not decoded still passes the checks of shape_error() (and the UTF-8
--- check in router.lua): valid UTF-8, first non-space character "{", last "}". Other
+-- check in target.lua): valid UTF-8, first non-space character "{", last "}". Other
 -- malformed JSON reaches the backend, whose 400 the caller gets in the error template.
 --
 -- Pure Lua: tests/lua/test_body.lua runs it under plain luajit.

@@ -64,7 +64,7 @@ function _M.has_space(s)
 end
 
 -- Is `s` all ASCII (no byte above 0x7f)? Then it is valid UTF-8 and the PCRE check
--- (sluice.router) is not needed. Eight bytes at a time (a JSON body is mostly
+-- (sluice.target) is not needed. Eight bytes at a time (a JSON body is mostly
 -- ASCII): ~8 times fewer steps than PCRE's own UTF-8 scan, and no regex call.
 function _M.ascii(s)
     local n = #s

@@ -32,7 +32,7 @@ function _M.serve(snap, consumer, model_name)
                 names[#names + 1] = name
             end
         end
-        -- a route's name is a model to the caller (sluice.routes)
+        -- a route's name is a model to the caller (sluice.splits)
         for name in pairs(snap.routes) do
             if not snap.models[name] and auth.allowed(consumer, name) then
                 names[#names + 1] = name

@@ -9,7 +9,7 @@ local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
-local routes = require("sluice.routes")
+local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
@@ -204,9 +204,9 @@ local function compile(s, prev_s, prev)
     return { version = s.version, models = models, consumers = consumers, keys = keys,
              consumers_by_name = by_name, plans = compiled_plans,
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
-             breaker = breaker.settings(s.breaker), routes = routes.compile(s.routes),
+             breaker = breaker.settings(s.breaker), routes = splits.compile(s.routes),
              priorities = priorities,
-             -- brief 000's model_type -> model or route name (sluice.router)
+             -- brief 000's model_type -> model or route name (sluice.target)
              model_types = s.model_types or {} }
 end
 

@@ -37,9 +37,9 @@
 --                                   (the metrics' and the log line's "model")
 --  model              steps         the chosen model (snapshot table); fallback: its
 --                                   fallback model
---  request_doc        router        decoded request body (fallback: the re-encoded one);
+--  request_doc        target        decoded request body (fallback: the re-encoded one);
 --                                   nil when no step reads it (sluice/body.lua)
---  request_len        router        the body's length in bytes
+--  request_len        target        the body's length in bytes
 --  excerpt            pii           PII-masked start of the body, when enabled
 --  slot               policy        concurrency key held (false: none / given back)
 --  quota_daily, quota_monthly  policy  request-quota counters counted (given back by
@@ -52,8 +52,8 @@
 --                                   carry, done)
 --  usage_scan         usage/tokens/fallback   scan the answer for `usage`
 --  usage_keys         usage         this request's usage counter keys
---  route              routes        the route that chose model_name, if any
---  route_version      routes        the version (model) it chose
+--  route              splits        the route that chose model_name, if any
+--  route_version      splits        the version (model) it chose
 --  pool               balancer      pool of the chosen backend
 --  backend_index      balancer      index of the backend in pool.backends
 --  breaker_cfg        balancer      the snapshot's breaker settings
@@ -101,7 +101,7 @@
 local metrics = require("sluice.metrics")
 local new_tab = require("table.new")
 local clear_tab = require("table.clear")
-local get_request = require("resty.core.base").get_request
+local get_request = require("sluice.ffi").get_request
 local ffi_cast = require("ffi").cast
 
 local ngx = ngx

@@ -17,7 +17,7 @@
 local cjson = require("cjson.safe")
 local config = require("sluice.config")
 local endpoints = require("sluice.endpoints")
-local router = require("sluice.router")
+local target = require("sluice.target")
 local balancer = require("sluice.balancer")
 local metrics = require("sluice.metrics")
 
@@ -93,7 +93,7 @@ function _M.route(ctx)
     if not endpoint.model_in_path then
         doc.model = name
     end
-    local pool = router.pool(snap, endpoint, name)
+    local pool = target.pool(snap, endpoint, name)
     local backend = pool and balancer.choose(ctx, pool, snap.breaker)
     if not backend then
         return nil, "has no available backend"

@@ -1,32 +1,22 @@
 -- What access reads of every request's headers, in one walk over nginx's list of
 -- them: its Authorization header, and whether it carries one of the headers most
 -- requests do not carry (X-Request-Id, traceparent, Prefer, X-Sluice-Worker-Token).
--- The walk goes through the FFI functions ngx.req.get_headers is made of, but makes
--- no table and no string but the Authorization value. Read as nginx variables
--- ($http_authorization and a map over the four others) they cost five scans of the
--- list (~1,000 instructions) and a map's evaluation (~1,300); the walk's C part reads
--- ~130, its compiled loop a few hundred (bench/README.md, issue 13, session 7). An
--- empty header counts as absent, as the readers below take it. $request_uri is read
--- here too, as a variable.
+-- The walk goes through the FFI functions ngx.req.get_headers is made of (called in
+-- sluice.ffi, which checks them at start), but makes no table and no string but the
+-- Authorization value. Read as nginx variables ($http_authorization and a map over
+-- the four others) they cost five scans of the list (~1,000 instructions) and a
+-- map's evaluation (~1,300); the walk's C part reads ~130, its compiled loop a few
+-- hundred (bench/README.md, issue 13, session 7). An empty header counts as absent,
+-- as the readers below take it. $request_uri is read here too, as a variable.
 local ffi = require("ffi")
-local base = require("resty.core.base")
-require("resty.core.request")   -- declares the ngx_http_lua_ffi_req_get_headers* calls
+local req_headers = require("sluice.ffi").req_headers   -- the private FFI, checked at start
 
 -- libc's memcmp (declared here unless another module has: a second cdef would fail)
 pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 
 local C = ffi.C
-local ffi_cast = ffi.cast
 local ffi_str = ffi.string
-local get_request = base.get_request
-local get_string_buf = base.get_string_buf
 local ngx_var = ngx.var
-
-local ELTS = ffi.typeof("ngx_http_lua_ffi_table_elt_t *")
-local ELT_SIZE = ffi.sizeof("ngx_http_lua_ffi_table_elt_t")
-local ALL = 0   -- no limit on the headers listed (a negative count means 100)
-local LOWER = 0   -- the names lower-cased, as nginx keeps them beside the originals
-local truncated = ffi.new("int[1]")
 
 local AUTHORIZATION = "authorization"
 -- the rare ones by the length of their lower-case names
@@ -38,25 +28,20 @@ local _M = {}
 -- Access, first thing: sets ctx.authorization (nil: none or empty), ctx.rare_headers
 -- (true: one of the four above is there, not empty) and ctx.request_uri.
 function _M.read(ctx)
-    local r = get_request()
     local authz, rare = nil, false
-    local n = C.ngx_http_lua_ffi_req_get_headers_count(r, ALL, truncated)
-    if n > 0 then
-        local list = ffi_cast(ELTS, get_string_buf(n * ELT_SIZE))
-        C.ngx_http_lua_ffi_req_get_headers(r, list, n, LOWER)
-        for i = 0, n - 1 do
-            local h = list[i]
-            local len, vlen = h.key.len, h.value.len
-            if vlen > 0 then
-                if len == 13 then
-                    -- nginx refuses a second Authorization: this is the one
-                    if authz == nil and C.memcmp(h.key.data, AUTHORIZATION, 13) == 0 then
-                        authz = ffi_str(h.value.data, vlen)
-                    end
-                elseif not rare then
-                    local name = RARE[len]
-                    rare = name ~= nil and C.memcmp(h.key.data, name, len) == 0
+    local list, n = req_headers()
+    for i = 0, n - 1 do
+        local h = list[i]
+        local len, vlen = h.key.len, h.value.len
+        if vlen > 0 then
+            if len == 13 then
+                -- nginx refuses a second Authorization: this is the one
+                if authz == nil and C.memcmp(h.key.data, AUTHORIZATION, 13) == 0 then
+                    authz = ffi_str(h.value.data, vlen)
                 end
+            elseif not rare then
+                local name = RARE[len]
+                rare = name ~= nil and C.memcmp(h.key.data, name, len) == 0
             end
         end
     end

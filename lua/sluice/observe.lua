@@ -9,9 +9,7 @@ local metrics = require("sluice.metrics")
 local accesslog = require("sluice.accesslog")
 local ms_of = require("sluice.nginx_time").ms
 local buffer = require("string.buffer")
-local ffi = require("ffi")
-local base = require("resty.core.base")
-require("resty.core.var")   -- declares ngx_http_lua_ffi_var_set
+local var_set = require("sluice.ffi").var_set   -- the private FFI, checked at start
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -19,11 +17,6 @@ local ngx_now = ngx.now
 local req_start_time = ngx.req.start_time
 local get_method = ngx.req.get_method
 local tostring = tostring
-local C = ffi.C
-local ffi_string = ffi.string
-local get_request = base.get_request
-local get_size_ptr = base.get_size_ptr
-local get_string_buf = base.get_string_buf
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local type = type
@@ -33,24 +26,18 @@ local gmatch = string.gmatch
 
 local NO_PLAN = "none"
 local LOG_VAR = "sl_line"
-local ERR_BUF_SIZE = 256
 
 -- The worker's buffer for the access-log line (one request's log phase at a time).
 local line = buffer.new(1024)
 
--- $sl_line = the bytes of `buf`, by the FFI call resty.core's ngx.var uses
--- (declared there), given the buffer's bytes instead of a Lua string: nginx copies
--- them into the request's pool.
+-- $sl_line = the bytes of `buf`, by the FFI call resty.core's ngx.var uses, given
+-- the buffer's bytes instead of a Lua string: nginx copies them into the request's
+-- pool.
 local function set_log_line(buf)
     local value, len = buf:ref()
-    local errlen = get_size_ptr()
-    errlen[0] = ERR_BUF_SIZE
-    local lowcase = get_string_buf(#LOG_VAR + ERR_BUF_SIZE)
-    local rc = C.ngx_http_lua_ffi_var_set(get_request(), LOG_VAR, #LOG_VAR, lowcase, value,
-                                          len, lowcase + #LOG_VAR, errlen)
-    if rc ~= 0 then
-        ngx_log(ERR, "the access-log line was not set: ",
-                ffi_string(lowcase + #LOG_VAR, errlen[0]))
+    local ok, err = var_set(LOG_VAR, value, len)
+    if not ok then
+        ngx_log(ERR, "the access-log line was not set: ", err)
     end
 end
 

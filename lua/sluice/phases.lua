@@ -12,7 +12,7 @@ local balancer = require("sluice.balancer")
 local internal = require("sluice.internal")
 local observe = require("sluice.observe")
 local policy = require("sluice.policy")
-local routes = require("sluice.routes")
+local splits = require("sluice.splits")
 local fallback = require("sluice.fallback")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
@@ -52,6 +52,7 @@ local JIT_OPTIONS = { "maxtrace=8000", "maxrecord=32000", "maxmcode=65536", "max
 
 function _M.init(opts)
     require("jit.opt").start(unpack(JIT_OPTIONS))
+    require("sluice.ffi").init()   -- fails the start if a private FFI symbol is gone
     internal.init(opts.token)
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
@@ -65,7 +66,7 @@ end
 
 function _M.init_worker()
     requestid.init_worker()   -- a fresh id prefix per worker (after fork)
-    routes.init_worker()
+    splits.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
     context.init_worker()   -- the gauge of request contexts held
     trace.init_worker()     -- seeds this worker's trace and span ids
@@ -215,7 +216,7 @@ function _M.header_filter()
     end
     convert.header_filter(ctx)
     cache.header_filter(ctx)
-    routes.header(ctx, ngx_header)
+    splits.header(ctx, ngx_header)
     fallback.header_filter(ctx)
     if ctx.relay_queue and ngx.is_subrequest then
         relay.note_headers(ctx)   -- a relayed stream's, for the public request

@@ -5,7 +5,7 @@
 local config = require("sluice.config")
 local auth = require("sluice.auth")
 local endpoints = require("sluice.endpoints")
-local router = require("sluice.router")
+local target = require("sluice.target")
 local convert = require("sluice.convert")
 local cache = require("sluice.cache")
 local catalog = require("sluice.catalog")
@@ -13,7 +13,7 @@ local balancer = require("sluice.balancer")
 local observe = require("sluice.observe")
 local policy = require("sluice.policy")
 local content = require("sluice.content")
-local routes = require("sluice.routes")
+local splits = require("sluice.splits")
 local fallback = require("sluice.fallback")
 local health = require("sluice.health")
 local admission = require("sluice.admission")
@@ -116,12 +116,12 @@ function _M.admit(ctx)
     end
 
     local model_name, doc
-    model_name, doc, err_type, msg = router.model_name(ctx, endpoint, path_model, snap)
+    model_name, doc, err_type, msg = target.model_name(ctx, endpoint, path_model, snap)
     if not model_name then
         return doc, err_type, msg
     end
 
-    -- a model, or a route over models (sluice.routes picks one below)
+    -- a model, or a route over models (sluice.splits picks one below)
     if not snap.models[model_name] and not snap.routes[model_name] then
         return 404, "not_found", "unknown model " .. model_name
     end
@@ -157,10 +157,10 @@ function _M.admit(ctx)
     end
 
     local asked = model_name
-    model_name = routes.choose(ctx, snap, endpoint, model_name, consumer)
+    model_name = splits.choose(ctx, snap, endpoint, model_name, consumer)
 
     local pool, model
-    pool, model, err_type, msg = router.pool(snap, endpoint, model_name)
+    pool, model, err_type, msg = target.pool(snap, endpoint, model_name)
     if not pool then
         return model, err_type, msg
     end
@@ -189,7 +189,7 @@ function _M.admit(ctx)
                 usage.uncount(ctx)
             end
             if buffer then
-                routes.unchoose(ctx, endpoint, asked)
+                splits.unchoose(ctx, endpoint, asked)
                 ctx.model_name = asked
                 return jobs.submit(snap, consumer, asked)
             end

@@ -7,7 +7,7 @@ local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
-local routes = require("sluice.routes")
+local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local x509 = require("openssl.x509")
 local pkey = require("openssl.pkey")
@@ -195,7 +195,7 @@ function _M.snapshot(s)
         end
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
-                 or content.validate(s.content_policies) or routes.validate(s.routes, s.models)
+                 or content.validate(s.content_policies) or splits.validate(s.routes, s.models)
                  or admission.validate(s)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do

@@ -7,7 +7,9 @@ import re
 import time
 
 import pytest
+from sqlalchemy import text
 
+from control_plane.admin.formats import ms, rate
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services import admin_users, telemetry
 from tlsutil import CA
@@ -493,3 +495,37 @@ def test_backend_tls_settings_in_the_form_with_write_only_client_key(ui, make, a
     resp = ui(path, {**fields, "tls_ca": "garbage"})
     assert resp.status_code == 422
     assert "TLS CA (PEM) is not PEM" in resp.get_data(as_text=True)
+
+
+def _cells(html: str, first: str) -> list[str]:
+    """The cells of the table row whose first cell is `first`, as text."""
+    row = re.search(r"<tr><td>" + re.escape(first) + r"</td>(.*?)</tr>", html, re.S)
+    assert row, html
+    return [first] + [re.sub(r"<[^>]+>", "", c).strip()
+                      for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)]
+
+
+def test_requests_page_prints_rates_and_latencies_one_way(ui, db_url):
+    """Last hour per model: req/s to two significant digits (not 0.0111), latency
+    percentiles in whole ms like each request's (not 20.5, 38.05 and 39.61 ms)."""
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO inference_logs (ts, gateway, request_id, model_name, status, latency) "
+            "SELECT now() - make_interval(secs => i), 'gw', 'fmt-' || i, 'chat-fmt', 200, i "
+            "FROM generate_series(1, 40) AS i"))
+    engine.dispose()
+    html = ui.client.get("/admin/logs/").get_data(as_text=True)
+    # model, requests, req/s, 5xx, 4xx, p50, p95, p99: 40 in the hour, latencies 1..40
+    assert _cells(html, "chat-fmt") == ["chat-fmt", "40", "0.011", "0.00 %", "0.00 %",
+                                        "21 ms", "38 ms", "40 ms"]
+    search = html.split("<h2>Search</h2>", 1)[1]   # each request, as its row stores it
+    assert re.search(r"<td>\d+ ms</td>", search) and not re.search(r"\d\.\d+ ms", search)
+
+
+def test_rate_and_latency_formats():
+    assert [rate(v) for v in (None, 0, 0.00028, 0.0111, 0.25, 2.5, 9.94, 9.96, 12.345,
+                              1234.56)] == \
+        ["—", "0", "0.00028", "0.011", "0.25", "2.5", "9.9", "10.0", "12.3", "1234.6"]
+    assert [ms(v) for v in (None, 0, 0.5, 4.25, 20.5, 1234.4)] == \
+        ["—", "0 ms", "1 ms", "4 ms", "21 ms", "1234 ms"]

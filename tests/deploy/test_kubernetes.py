@@ -1,11 +1,16 @@
-"""deploy/kubernetes/: every manifest, the base and the production overlay as rendered,
-valid against the Kubernetes schemas of a current version, offline
-(kubernetes-validate ships them); and what an operator relies on: probes, replicas,
+"""deploy/kubernetes/: every manifest, the base and the production overlay as rendered
+by `kubectl kustomize` (kubectl v1.35 under .tools/, which scripts/setup.sh installs),
+valid against the Kubernetes schemas of a current version, offline (kubernetes-validate
+ships them); and what an operator relies on: probes, replicas,
 requests and limits, non-root pods, secrets and settings that exist."""
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import re
 import socket
+import subprocess
 from pathlib import Path
 
 import kubernetes_validate
@@ -13,13 +18,13 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv
 
-import kustomize_lite
 from cli_check import parse
 from control_plane.settings import VARIABLES as _VARIABLES
-from kustomize_lite import containers, pod_spec
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
+KUBECTL = REPO / ".tools" / "bin" / "kubectl"
+KUBECTL_MINOR = "v1.35."
 # the oldest version still supported upstream as we write this, and the newest the
 # installed kubernetes-validate knows
 VERSIONS = ["1.31.0", kv.latest_version()]
@@ -37,8 +42,47 @@ def offline(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
+@functools.cache
+def kubectl() -> str:
+    """kubectl of the version scripts/setup-kubectl.sh pins; fails loudly without it."""
+    assert KUBECTL.exists(), \
+        f"{KUBECTL} is missing: run scripts/setup.sh (or scripts/setup-kubectl.sh)"
+    out = subprocess.run([str(KUBECTL), "version", "--client", "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    version = json.loads(out)["clientVersion"]["gitVersion"]
+    assert version.startswith(KUBECTL_MINOR), f"{KUBECTL} is {version}, not {KUBECTL_MINOR}x"
+    return str(KUBECTL)
+
+
+@functools.cache
+def _kustomize(name: str) -> tuple[dict, ...]:
+    run = subprocess.run([kubectl(), "kustomize", str(K8S / name)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, f"kubectl kustomize {name} failed: {run.stderr}"
+    return tuple(d for d in yaml.safe_load_all(run.stdout) if d)
+
+
 def rendered(name: str) -> list[dict]:
-    return kustomize_lite.build(K8S / name)
+    """The resources `kubectl kustomize deploy/kubernetes/<name>` renders (a fresh copy)."""
+    return copy.deepcopy(list(_kustomize(name)))
+
+
+def load_documents(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def pod_spec(doc: dict) -> dict | None:
+    """The pod template's spec of a workload, None for other kinds."""
+    if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+        return doc["spec"]["template"]["spec"]
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return None
+
+
+def containers(doc: dict) -> list[dict]:
+    spec = pod_spec(doc) or {}
+    return spec.get("initContainers", []) + spec.get("containers", [])
 
 
 def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
@@ -64,7 +108,7 @@ BASE_FILES = sorted(p for p in (K8S / "base").glob("*.yaml") if p.name != "kusto
 
 @pytest.mark.parametrize("path", BASE_FILES, ids=lambda p: p.name)
 def test_every_base_manifest_is_valid(path, offline):
-    docs = kustomize_lite.load_documents(path)
+    docs = load_documents(path)
     assert docs, f"{path} holds no resource"
     for doc in docs:
         for version in VERSIONS:

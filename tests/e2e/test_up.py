@@ -57,6 +57,27 @@ def _poll(get, done, timeout: float = 30):
         time.sleep(0.2)
 
 
+def _registered_gateway(info: dict, internal_url: str) -> dict:
+    """The admin API lists `sluice up`'s gateway as a member of the fleet: it
+    registered itself and heartbeats (its last-seen moves on), with the Sluice version
+    and the boot id of the nginx that serves."""
+    admin = requests.Session()
+    admin.headers["Authorization"] = f"Bearer {info['admin_token']}"
+    [gw] = admin.get(info["admin_url"] + "/gateways", timeout=5).json()["items"]
+    assert gw["registered"] is True and gw["state"] == "live", gw
+    assert gw["internal_url"] == internal_url and gw["left_at"] is None, gw
+    assert gw["sluice_version"] and gw["sluice_version"] != "unknown", gw
+    usage = requests.get(internal_url + "/internal/usage", timeout=5,
+                         headers={"Authorization": f"Bearer {info['gateway_token']}"}).json()
+    assert gw["boot_id"] == usage["boot"], (gw, usage)
+    later = _poll(lambda: admin.get(info["admin_url"] + f"/gateways/{gw['id']}",
+                                    timeout=5).json(),
+                  lambda g: g["last_seen_at"] != gw["last_seen_at"])
+    assert gw["last_seen_at"] and later["last_seen_at"] > gw["last_seen_at"], (gw, later)
+    assert later["state"] == "live" and later["boot_id"] == gw["boot_id"]
+    return later
+
+
 def _demo_features(info: dict) -> None:
     """What the demo data shows out of the box, as a caller and an operator see it."""
     admin = requests.Session()
@@ -178,7 +199,8 @@ def test_up_serves_prints_how_and_stops_everything(var):
         text = requests.get(info["controller_metrics_url"], timeout=5).text
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for fam in text_string_to_metric_families(text) for s in fam.samples}
-        gw_name = f"127.0.0.1:{ports[1]}"
+        gateway = _registered_gateway(info, f"http://127.0.0.1:{ports[1]}")
+        gw_name = gateway["name"]
         assert samples[("sluice_controller_pushes_total",
                         (("gateway", gw_name), ("outcome", "ok")))] >= 1
         config = samples[("sluice_controller_config_version", ())]
@@ -218,6 +240,9 @@ def test_up_serves_prints_how_and_stops_everything(var):
         assert again["demo_api_key"] == info["demo_api_key"]
         assert again["demo_vip_api_key"] == info["demo_vip_api_key"]
         assert again["admin_password"] == info["admin_password"]
+        # the same member, back with the boot id of its new nginx
+        back = _registered_gateway(again, f"http://127.0.0.1:{ports[1]}")
+        assert back["name"] == gateway["name"] and back["boot_id"] != gateway["boot_id"]
         _sign_in(again)
         resp = requests.post(again["gateway_url"] + "/v1/models/sentiment-demo/predict",
                              headers={"X-API-Key": again["demo_api_key"]},

@@ -1,6 +1,8 @@
 -- Unit tests of the data plane's pure Lua (no nginx, no ngx.*), run with plain luajit
 -- from the repository root:  luajit tests/lua/run.lua
--- tests/unit/test_lua_units.py runs it under pytest. Each tests/lua/test_*.lua returns
+-- tests/unit/test_lua_units.py runs it under pytest. Tests of modules that need nginx
+-- (ngx.*, lua-resty-core, shared dicts) live in tests/lua/nginx/ and run inside one
+-- (tests/unit/test_lua_nginx_units.py). Each tests/lua/test_*.lua returns
 -- a table of name -> function; a failed assert fails that test. Exit 1 on any failure.
 package.path = "lua/?.lua;tests/lua/?.lua;" .. package.path
 package.cpath = "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" .. package.cpath

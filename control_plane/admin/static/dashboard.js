@@ -94,9 +94,17 @@ function sparkline(points, label) {
   return svg;
 }
 
-function fmtRate(v) { return v === null ? "—" : v >= 100 ? v.toFixed(0) : v.toFixed(2); }
+// The Requests page prints rates and latencies by the same rules (admin/formats.py):
+// req/s with one decimal from 10 up and two significant digits below; whole ms.
+function fmtRate(v) {
+  if (v === null) return "—";
+  if (v <= 0) return "0";
+  if (v >= 10) return v.toFixed(1);
+  const text = v.toFixed(Math.max(1, 1 - Math.floor(Math.log10(v))));
+  return Number(text) >= 10 ? v.toFixed(1) : text;
+}
 function fmtShare(v) { return v === null ? "—" : (v * 100).toFixed(v < 0.1 ? 2 : 1) + " %"; }
-function fmtLatency(v) { return v === null ? "—" : v >= 1 ? v.toFixed(2) + " s" : (v * 1000).toFixed(0) + " ms"; }
+function fmtLatency(v) { return v === null ? "—" : Math.round(v * 1000) + " ms"; }
 
 function metricCell(value, text, history, label) {
   const td = el("td", undefined, "metric");

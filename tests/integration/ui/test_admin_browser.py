@@ -201,3 +201,51 @@ def test_signing_out_returns_to_the_login_page(stack, ui):
     ui.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".flash"), "signed out"))
     ui.open("/models/")
     assert ui.driver.current_url.split("?")[0].endswith("/admin/login")
+
+
+# The words of each table header that the browser laid out over more than one line.
+_BROKEN_HEADER_WORDS = """
+const broken = [];
+for (const th of document.querySelectorAll("table.grid th")) {
+  const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (lines.size > 1) broken.push(m[0]);
+    }
+  }
+}
+return broken;
+"""
+
+
+def test_column_headers_break_between_words_only(stack, ui):
+    """The Gateways page has many columns and long cells (boot ids, times, errors);
+    its headers may wrap between words, never inside one ("Joine d", "Stat e")."""
+    ui.sign_in_with_the_keyboard("olga")
+    stack.wait_served()
+    # a second, unreachable gateway: the controller's push error fills its row
+    gw = stack.admin.create("gateways", name="a-gateway-with-a-rather-long-name",
+                            internal_url="http://127.0.0.1:9/a/rather/long/internal/path")
+    try:
+        ui.open("/gateways/")
+
+        def errored(d) -> bool:   # the page does not refresh by itself
+            if "connection refused" in d.find_element(By.CSS_SELECTOR,
+                                                       "table.grid").text.lower():
+                return True
+            d.refresh()
+            return False
+        ui.wait(errored, timeout=30)
+        headers = [th.text for th in ui.driver.find_elements(By.CSS_SELECTOR, "table.grid th")]
+        assert "Joined" in headers and "State" in headers, headers
+        ui.screenshot("gateways.png")
+        assert ui.driver.execute_script(_BROKEN_HEADER_WORDS) == []
+        for page in ("/backends/", "/logs/"):
+            ui.open(page)
+            assert ui.driver.execute_script(_BROKEN_HEADER_WORDS) == [], page
+    finally:
+        stack.admin.delete("gateways", gw["id"])

@@ -1,4 +1,4 @@
--- Routes: a public model name split between target models (canary, A/B), with
+-- Route splits: a public model name split between target models (canary, A/B), with
 -- conditions on the caller's attributes. Snapshot section "routes" (docs/contracts.md):
 --
 --   routes = { [name] = { sticky = true, versions = {
