@@ -228,7 +228,13 @@ end
 -- of a request nginx refused before access.
 function _M.recycle(ctx)
     if ctx.ref and n_spare < SPARE_MAX then
+        -- the groups' own tables are kept, emptied, with it (KEPT)
+        local d = ctx.delivery
         clear_tab(ctx)
+        if d then
+            clear_tab(d)
+            ctx.delivery = d
+        end
         n_spare = n_spare + 1
         spare[n_spare] = ctx
     end

@@ -5,7 +5,8 @@
 -- `X-Sluice-Fallback: <fallback model>`.
 --
 --   access (model A)  arm(): ctx.fallback_to = B, ctx.fallback_body = body
---   error_page 504    try(): ctx.fallback = B; phases: ngx.exec("@sluice_fallback")
+--   error_page 504    try(): ctx.fallback = B; ctx.delivery "fallback": phases
+--                     ngx.exec("@sluice_fallback")
 --   @sluice_fallback  route(): B with the saved body; phases forward() it as usual
 --   fallback's 504    the error template (one hop only, never a chain)
 --
@@ -28,7 +29,7 @@ local type = type
 
 local HEADER = "X-Sluice-Fallback"
 
-local _M = { LOCATION = "@sluice_fallback" }
+local _M = {}
 
 metrics.register("sluice_fallbacks_total", "counter",
                  "Requests handed to the model's fallback after a backend timeout, by outcome.",
@@ -45,7 +46,8 @@ function _M.arm(ctx, model)
 end
 
 -- Error page: true when a 504 of a request armed for a fallback should go to
--- LOCATION (phases redirects it); sets ctx.fallback then. A request already on its fallback keeps the
+-- @sluice_fallback (sluice.delivery's "fallback": phases redirects it); sets
+-- ctx.fallback then. A request already on its fallback keeps the
 -- header, then the template.
 function _M.try(ctx, status)
     local used = ctx.fallback
