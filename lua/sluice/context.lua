@@ -228,12 +228,24 @@ end
 -- of a request nginx refused before access.
 function _M.recycle(ctx)
     if ctx.ref and n_spare < SPARE_MAX then
-        -- the groups' own tables are kept, emptied, with it (KEPT)
-        local d = ctx.delivery
+        -- the groups' own tables are kept, emptied, with it
+        local d, t, u, q = ctx.delivery, ctx.trace, ctx.usage, ctx.quota
         clear_tab(ctx)
         if d then
             clear_tab(d)
             ctx.delivery = d
+        end
+        if t then
+            clear_tab(t)
+            ctx.trace = t
+        end
+        if u then
+            clear_tab(u)
+            ctx.usage = u
+        end
+        if q then
+            clear_tab(q)
+            ctx.quota = q
         end
         n_spare = n_spare + 1
         spare[n_spare] = ctx

@@ -21,6 +21,7 @@ local endpoints = require("sluice.endpoints")
 local target = require("sluice.target")
 local balancer = require("sluice.balancer")
 local metrics = require("sluice.metrics")
+local tokens = require("sluice.tokens")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -75,7 +76,7 @@ function _M.give_up(ctx, why)
 end
 
 -- Access phase of @sluice_fallback: route the saved request to the fallback model
--- (sets ctx.model, ctx.request_doc/len, ctx.usage_scan for the second pass).
+-- (sets ctx.model, ctx.request_doc/len; tokens.fallback: the second pass's scan).
 -- Returns endpoint, body (decoded), pool, backend; or nil and why not.
 function _M.route(ctx)
     -- error_page left the 504 in r->err_status, which would override the fallback's
@@ -105,7 +106,7 @@ function _M.route(ctx)
     ctx.model = model
     ctx.request_doc, ctx.request_len = doc, #raw
     -- tokens reserved in the first pass are settled from the fallback's usage
-    ctx.usage_scan = ctx.token_key and true or nil
+    tokens.fallback(ctx)
     return endpoint, doc, pool, backend
 end
 

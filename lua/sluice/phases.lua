@@ -25,7 +25,6 @@ local metrics = require("sluice.metrics")
 local trace = require("sluice.trace")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
-local requestid = require("sluice.requestid")
 local steps = require("sluice.steps")
 local headers = require("sluice.headers")
 local fields = require("sluice.bytes").fields
@@ -72,11 +71,10 @@ function _M.init(opts)
 end
 
 function _M.init_worker()
-    requestid.init_worker()   -- a fresh id prefix per worker (after fork)
     splits.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
     context.init_worker()   -- the gauge of request contexts held
-    trace.init_worker()     -- seeds this worker's trace and span ids
+    trace.init_worker()     -- fresh id prefixes per worker (after fork)
 end
 
 -- Send a ready answer (catalog, cache hit) and end the request.
@@ -158,8 +156,7 @@ end
 function _M.access()
     local ctx = context.new()
     headers.read(ctx)
-    requestid.take(ctx)
-    trace.start(ctx)
+    trace.start(ctx)   -- the request id, then the trace context
     local status, err_type, msg, extra = steps.admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
@@ -275,12 +272,12 @@ end
 
 -- /healthz and /readyz (lua/sluice/probes.lua), with a request id like any answer.
 function _M.probe(which)
-    requestid.take(ngx.ctx)
+    trace.request_id(ngx.ctx)
     return probes[which]()
 end
 
 function _M.internal()
-    requestid.take(ngx.ctx)
+    trace.request_id(ngx.ctx)
     return internal.handle()
 end
 
@@ -289,8 +286,7 @@ end
 -- relayed backend 504 comes here only to reach the fallback).
 function _M.error_page()
     local ctx = context.restore()
-    requestid.take(ctx)
-    trace.start(ctx)   -- nginx's own 413/494 never reached access
+    trace.start(ctx)   -- ids: nginx's own 413/494 never reached access
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
         delivery.fallback(ctx)
