@@ -45,6 +45,9 @@ local tonumber = tonumber
 local DIRECT, RELAY, STREAM, LOOP = delivery.DIRECT, delivery.RELAY, delivery.STREAM,
                                     delivery.LOOP
 local OWN, ASIDE = delivery.OWN, delivery.ASIDE
+-- the deliveries whose filters do other than their own answer's work (delivery.role):
+-- most answers are their own pass's, and need no call to say so
+local OTHER = { [RELAY] = true, [STREAM] = true, [LOOP] = true }
 
 local _M = {}
 
@@ -187,7 +190,8 @@ end
 -- (X-Request-Id: nginx's add_header, in nginx.conf.tmpl)
 function _M.header_filter()
     local ctx = ngx.ctx
-    local role = delivery.role(ctx)
+    local d = ctx.delivery
+    local role = d and OTHER[d.how] and delivery.role(ctx) or OWN
     if role == ASIDE then
         return   -- the subrequest's filters, or the HTTP/1.1 pass, made this answer
     elseif role ~= OWN then
@@ -208,7 +212,8 @@ end
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
-    local role = delivery.role(ctx)
+    local d = ctx.delivery
+    local role = d and OTHER[d.how] and delivery.role(ctx) or OWN
     if role == ASIDE then
         return
     end
