@@ -96,6 +96,7 @@ end
 -- Two runs of fields most lines leave empty, each written as one piece when all of
 -- it is (a piece put is a call and a copy, ~30 instructions: ~16 fewer per line).
 local NO_USAGE = '","prompt_tokens":"","completion_tokens":"","cache":"","error_type":"'
+local NOTHING = {}   -- no ctx.trace or ctx.usage: a request refused before access
 local NO_EXTRAS = '","excerpt":"","fallback":"","queue_ms":"","upstream_error":"'
 
 function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan, model,
@@ -108,8 +109,8 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
             '","backend":"', esc(backend), '","method":"', method,
             '","path":"', esc(path), '","status":"', count(status),
             '","latency_ms":"', count(latency_ms), '","upstream_ms":"', count(upstream_ms))
-    local p, c, cache, err = ctx.prompt_tokens, ctx.completion_tokens, ctx.cache_status,
-                             ctx.error_type
+    local u = ctx.usage or NOTHING
+    local p, c, cache, err = u.prompt, u.completion, ctx.cache_status, ctx.error_type
     if p == nil and c == nil and cache == nil and err == nil then
         buf:put(NO_USAGE)
     else
@@ -125,8 +126,9 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
         buf:put('","excerpt":"', esc(excerpt), '","fallback":"', esc(fallback),
                 '","queue_ms":"', count(queue_ms), '","upstream_error":"', esc(up_err))
     end
-    buf:put('","trace_id":"', plain(ctx.trace_id), '","span_id":"', plain(ctx.span_id),
-            '","parent_span_id":"', plain(ctx.parent_span_id), '"}')
+    local t = ctx.trace or NOTHING
+    buf:put('","trace_id":"', plain(t.id), '","span_id":"', plain(t.span),
+            '","parent_span_id":"', plain(t.parent), '"}')
     return buf
 end
 

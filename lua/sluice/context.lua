@@ -1,7 +1,11 @@
 -- The per-request context: ngx.ctx of a public-listener request, and the one place
--- that says what it carries. Each field has one writer (the owner below); every
--- other module only reads it. docs/contracts.md ("Per-request context") has the
--- same table.
+-- that says what it carries. Each field has one writer (below); every other module
+-- only reads it. A group (delivery, quota, trace, usage) is a table of its writer's
+-- fields, made on first use and kept, emptied, with a recycled context (recycle()):
+-- no table per request. The table below is the source of docs/contracts.md's
+-- "Per-request context" (`python -m control_plane.reference_docs` writes it; keep its
+-- layout: a field, two spaces, its writer, two spaces, what; a group's fields
+-- indented by two more; continued lines indented further).
 --
 -- ngx.ctx does not survive an internal redirect (error_page, ngx.exec). As Kong
 -- does, the access phase stashes the table in a worker-local registry, here under the
@@ -13,88 +17,84 @@
 -- log phase the table itself, emptied, serves a next request of the worker
 -- (recycle): no 64-slot table is made and collected per request.
 --
---  field              owner         what
---  ---------------------------------------------------------------------------------
---  ref                context       registry number of this table (the request's address;
---                                   a subrequest's $sluice_ctx_ref)
---  rare_headers       headers       the request carries X-Request-Id, traceparent, Prefer
---                                   or X-Sluice-Worker-Token (sluice/headers.lua)
---  request_uri, authorization   headers   $request_uri and the Authorization header
---                                   (nil: none), read with rare_headers in one walk
---  uri                endpoints     $uri as access found it (the log line's "path")
---  plain_path         endpoints     the same string when the caller's $request_uri path
---                                   is it unescaped (nil: nginx normalised it); then
---                                   location / proxies to it without a URI variable
---  request_id         requestid     X-Request-Id kept or made (also $sl_id,
---                                   which proxy_set_header and the log line read)
---  request_id_made    requestid     request_id was made here (then it is the trace id)
---  attributes         steps         what routing conditions test (auth's consumer
---                                   attributes, JWT claims over them)
---  consumer           steps         the authenticated consumer (snapshot table)
---  moved              steps         sluice.moved's count config.get read for this pass
---                                   (the weight and circuit caches check it)
---  model_name         steps         the model asked for, then the one a route chose
---                                   (the metrics' and the log line's "model")
---  model              steps         the chosen model (snapshot table); fallback: its
---                                   fallback model
---  request_doc        target        decoded request body (fallback: the re-encoded one);
---                                   nil when no step reads it (sluice/body.lua)
---  request_len        target        the body's length in bytes
---  excerpt            pii           PII-masked start of the body, when enabled
---  slot               policy        concurrency key held (false: none / given back)
---  quota_daily, quota_monthly  policy  request-quota counters counted (given back by
---                                   policy.undo when the request is buffered as a job)
---  token_key          tokens        token reservation counter (false: settled)
---  token_reserved     tokens        tokens reserved
---  usage_total        tokens        total tokens the answer reported
---  prompt_tokens, completion_tokens  tokens   what the answer reported (log line)
---  usage_*            tokens        body-filter scan state (sse, len, n, bytes, parts,
---                                   carry, done)
---  usage_scan         usage/tokens/fallback   scan the answer for `usage`
---  usage_keys         usage         this request's usage counter keys
---  route              splits        the route that chose model_name, if any
---  route_version      splits        the version (model) it chose
---  pool               balancer      pool of the chosen backend
---  backend_index      balancer      index of the backend in pool.backends
---  breaker_cfg        balancer      the snapshot's breaker settings
---  tries, tried       balancer      attempts in this pass; their indexes (made on a retry)
---  tried_ids          balancer      backend ids tried, every pass: "3" for one attempt,
---                                   {"3", "7"} for more
---  inflight           admission     backend id whose in-flight count this holds
---  queue_slot         queue         pool whose slot this waiter was handed, until the
---                                   balancer counts it (sluice/queue.lua)
---  queue_ms           queue         ms this request waited for a slot (log line)
---  cache, cache_status  cache       response-cache state of this pass; the log's "cache"
---  conv               convert       protocol conversion state of this pass (also
---                                   set in header_filter for a backend's own error
---                                   answer on a native pair)
---  upstream_error     convert       start of a backend's own error body (log line)
---  trace_id, span_id, parent_span_id   trace   W3C trace context of this request
---                                   (log line)
---  fallback_to        fallback      the fallback model armed
---  fallback_body      fallback      the caller's body as it came (for the fallback)
---  fallback           fallback      the fallback taken
---  error_type         errors        the error template's type (log line)
---  upstream_auth      steps         $sluice_upstream_auth holds a backend's credential
---  upstream_tls       upstream_tls  $sluice_upstream_tls is set (the backend is https)
---  job_id             jobs          the job a worker's request runs (never made async again)
---  relay_vars         relay         proxying variables for the subrequest of a
---                                   converted answer (sluice.relay)
---  relayed            relay         that answer is back (a stream: its headers are
---                                   going out): the public request's filters leave
---                                   it alone
---  relay_queue        relay         a relayed stream: the pieces its subrequest's
---                                   filters hand over, their semaphore, the first
---                                   frame's verdict, the subrequest's thread
---  upstream_status, upstream_times, upstream_header_times   phases   the
---                                   subrequest's $upstream_status, _response_time
---                                   and _header_time, for the log phase and the
---                                   error page of the public request
---  upstream_earlier   phases        a relayed fallback: the first pass's attempts
---                                   ({status, times, header times}), joined first
---  looped             phases        an HTTP/2 request served again as HTTP/1.1 (relay.loops):
---                                   this pass's filters and log stand aside
---  relay_status       phases        the subrequest's status before its filters
+--  field                 writer          what
+--  ------------------------------------------------------------------------------------------------------
+--  ref                   context         registry number of this table (the request's address; a subrequest's
+--                                        `$sluice_ctx_ref`)
+--  rare_headers          headers         the request carries `X-Request-Id`, `traceparent`, `Prefer` or
+--                                        `X-Sluice-Worker-Token` (one nginx map read instead of four header
+--                                        reads)
+--  request_uri, authorization  headers  `$request_uri` and the `Authorization` header (nil: none), read with
+--                                        `rare_headers` in one walk over the header list
+--  uri                   endpoints       `$uri` as access found it (the log line's path)
+--  plain_path            endpoints       the same string when the caller sent it unescaped (`$request_uri`'s
+--                                        path is `$uri`; nil otherwise): location / then proxies the
+--                                        request's own URI, with no URI variable
+--  request_id            trace           `X-Request-Id` kept or made (also `$sl_id`, which `proxy_set_header`
+--                                        and the log line read)
+--  trace                 trace           W3C trace context of the request, for the log line (a table kept
+--                                        with the context)
+--    .id, .span, .parent  trace  trace id (a trace started here: the request id made for it), this request's
+--                                        span, the caller's span
+--  attributes            steps           what routing conditions test (consumer attributes, JWT claims over
+--                                        them)
+--  consumer              steps           the authenticated consumer (snapshot table)
+--  moved                 steps           `sluice.moved`'s count read by `config.get` for this pass: the
+--                                        weight and circuit caches look at their own generations only when it
+--                                        moved
+--  model_name            steps           the model asked for, then a route's choice (metrics, log)
+--  model  steps (fallback: its model)  the chosen model (snapshot table)
+--  request_doc, request_len  target (fallback: re-encoded)  decoded body (nil when no step reads it: a
+--                                        path-named model forwarded unchanged), its length
+--  excerpt               pii             masked start of the body, when enabled
+--  quota                 policy          what the request holds of its plan's limits (a table kept with the
+--                                        context)
+--    .slot               policy          concurrency key held (`false`: none or given back)
+--    .daily, .monthly    policy          request-quota counters counted (`false`: given back by
+--                                        `policy.undo`)
+--  usage                 tokens          token accounting and usage counting (a table kept with the context)
+--    .scan               tokens          scan the answer for `usage` (`tokens.hold`; `tokens.scan` for
+--                                        `sluice.usage`; `tokens.fallback`)
+--    .key, .reserved     tokens          token reservation (`false`: settled)
+--    .total, .prompt, .completion  tokens  what the answer reported (log line, usage counters)
+--    .sse, .len, .n, .bytes, .parts, .carry, .done  tokens  body-filter scan state
+--    .keys               usage           the request's usage counter keys
+--  route, route_version  splits          route that chose `model_name`, the version it chose
+--  pool, backend_index, breaker_cfg  balancer  the chosen backend: its pool, its index in `pool.backends`,
+--                                        the snapshot's breaker settings
+--  tries, tried          balancer        attempts in this pass; their indexes (made on a retry)
+--  tried_ids             balancer        backend ids tried, every pass (stats, breaker): `"3"` for one
+--                                        attempt, `{"3", "7"}` for more
+--  inflight              admission       backend id whose in-flight count is held
+--  queue_slot, queue_ms  queue           pool whose slot a waiter was handed (until the balancer counts it);
+--                                        ms waited (log)
+--  cache, cache_status   cache           response-cache state of this pass; the log's `cache`
+--  conv                  convert         conversion state of this pass (also set in header_filter for a
+--                                        backend's own error answer on a native pair)
+--  upstream_error        convert         start of a backend's own error body (log line)
+--  delivery              delivery        how the answer travels, decided once per pass (`sluice.delivery`; a
+--                                        table kept with the context): `phases.lua` performs every `ngx.exec`
+--                                        and capture, the filters and the log branch on it
+--    .how, .where        delivery        this pass's choice: `direct` (proxied by its own location), `tls`
+--                                        (`@sluice_tls_*`), `relay` and `stream` (the subrequest
+--                                        `/_sluice/buffered[_tls/…]`), `loop` (`@sluice_h1_loop`), `job`
+--                                        (`@sluice_jobs`), `fallback` (`@sluice_fallback`); nil: an answer
+--                                        made here
+--    .upstream, .own     delivery        attempts this request's own `$upstream_*` do not show (a relayed
+--                                        pass's subrequest's, and the request's own before a relayed
+--                                        fallback), in order, for the log line, the breakers and the error
+--                                        page; `own`: the request's own attempts are among them
+--    .status             delivery        the subrequest's status before its filters
+--    .vars, .queue       relay           the subrequest's proxying variables; a relayed stream's pieces,
+--                                        their semaphore, the first frame's verdict, the subrequest's thread
+--  fallback_to, fallback_body, fallback  fallback  armed model, saved body, taken
+--  error_type            errors          the error template's type (`errors.note` for a backend's own error,
+--                                        from convert's body filter)
+--  upstream_auth         steps           `$sluice_upstream_auth` holds a backend credential (written only
+--                                        then, or to clear one)
+--  upstream_tls          upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
+--                                        then, or to clear it)
+--  job_id                jobs            the job a worker's request runs (never made async again)
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a
 -- backend; a restored context starts a new pass without them (restore() clears them).
@@ -228,7 +228,25 @@ end
 -- of a request nginx refused before access.
 function _M.recycle(ctx)
     if ctx.ref and n_spare < SPARE_MAX then
+        -- the groups' own tables are kept, emptied, with it
+        local d, t, u, q = ctx.delivery, ctx.trace, ctx.usage, ctx.quota
         clear_tab(ctx)
+        if d then
+            clear_tab(d)
+            ctx.delivery = d
+        end
+        if t then
+            clear_tab(t)
+            ctx.trace = t
+        end
+        if u then
+            clear_tab(u)
+            ctx.usage = u
+        end
+        if q then
+            clear_tab(q)
+            ctx.quota = q
+        end
         n_spare = n_spare + 1
         spare[n_spare] = ctx
     end

@@ -5,7 +5,8 @@
 -- `X-Sluice-Fallback: <fallback model>`.
 --
 --   access (model A)  arm(): ctx.fallback_to = B, ctx.fallback_body = body
---   error_page 504    try(): ctx.fallback = B; phases: ngx.exec("@sluice_fallback")
+--   error_page 504    try(): ctx.fallback = B; ctx.delivery "fallback": phases
+--                     ngx.exec("@sluice_fallback")
 --   @sluice_fallback  route(): B with the saved body; phases forward() it as usual
 --   fallback's 504    the error template (one hop only, never a chain)
 --
@@ -20,6 +21,7 @@ local endpoints = require("sluice.endpoints")
 local target = require("sluice.target")
 local balancer = require("sluice.balancer")
 local metrics = require("sluice.metrics")
+local tokens = require("sluice.tokens")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -28,7 +30,7 @@ local type = type
 
 local HEADER = "X-Sluice-Fallback"
 
-local _M = { LOCATION = "@sluice_fallback" }
+local _M = {}
 
 metrics.register("sluice_fallbacks_total", "counter",
                  "Requests handed to the model's fallback after a backend timeout, by outcome.",
@@ -45,7 +47,8 @@ function _M.arm(ctx, model)
 end
 
 -- Error page: true when a 504 of a request armed for a fallback should go to
--- LOCATION (phases redirects it); sets ctx.fallback then. A request already on its fallback keeps the
+-- @sluice_fallback (sluice.delivery's "fallback": phases redirects it); sets
+-- ctx.fallback then. A request already on its fallback keeps the
 -- header, then the template.
 function _M.try(ctx, status)
     local used = ctx.fallback
@@ -73,7 +76,7 @@ function _M.give_up(ctx, why)
 end
 
 -- Access phase of @sluice_fallback: route the saved request to the fallback model
--- (sets ctx.model, ctx.request_doc/len, ctx.usage_scan for the second pass).
+-- (sets ctx.model, ctx.request_doc/len; tokens.fallback: the second pass's scan).
 -- Returns endpoint, body (decoded), pool, backend; or nil and why not.
 function _M.route(ctx)
     -- error_page left the 504 in r->err_status, which would override the fallback's
@@ -103,7 +106,7 @@ function _M.route(ctx)
     ctx.model = model
     ctx.request_doc, ctx.request_len = doc, #raw
     -- tokens reserved in the first pass are settled from the fallback's usage
-    ctx.usage_scan = ctx.token_key and true or nil
+    tokens.fallback(ctx)
     return endpoint, doc, pool, backend
 end
 

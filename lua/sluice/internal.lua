@@ -168,58 +168,52 @@ local function push_usage()
     return errors.json(200, { version = version })
 end
 
+local function get_weights()
+    return errors.json(200, weights.status())
+end
+
+local function get_health()
+    return errors.json(200, health.status())
+end
+
+local function get_usage()
+    return errors.json(200, usage.report(config.get()))
+end
+
+local function get_snapshot()
+    return errors.json(200, config.status())
+end
+
+-- path -> method -> handler; `allow` is the Allow header of a 405 and its message
+local ROUTES = {
+    ["/metrics"] = { GET = serve_metrics },
+    ["/internal/weights"] = { GET = get_weights, POST = push_weights },
+    ["/internal/health"] = { GET = get_health, POST = push_health },
+    ["/internal/stats"] = { GET = get_stats },
+    ["/internal/usage"] = { GET = get_usage, POST = push_usage },
+    ["/internal/snapshot"] = { GET = get_snapshot, POST = push_snapshot },
+}
+for _, methods in pairs(ROUTES) do
+    if methods.POST then
+        methods.allow, methods.accepts = "GET, POST", " accepts GET and POST"
+    else
+        methods.allow, methods.accepts = "GET", " accepts GET"
+    end
+end
+
 function _M.handle()
     check_token()
-    local uri, method = ngx_var.uri, ngx_req.get_method()
-    if uri == "/metrics" then
-        if method == "GET" then
-            return serve_metrics()
-        end
-        ngx.header["Allow"] = "GET"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET")
+    local uri = ngx_var.uri
+    local methods = ROUTES[uri]
+    if not methods then
+        return errors.exit(404, "not_found", "no internal endpoint at " .. uri)
     end
-    if uri == "/internal/weights" then
-        if method == "POST" then
-            return push_weights()
-        elseif method == "GET" then
-            return errors.json(200, weights.status())
-        end
-        ngx.header["Allow"] = "GET, POST"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
-    elseif uri == "/internal/health" then
-        if method == "POST" then
-            return push_health()
-        elseif method == "GET" then
-            return errors.json(200, health.status())
-        end
-        ngx.header["Allow"] = "GET, POST"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
-    elseif uri == "/internal/stats" then
-        if method == "GET" then
-            return get_stats()
-        end
-        ngx.header["Allow"] = "GET"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET")
+    local handler = methods[ngx_req.get_method()]
+    if type(handler) ~= "function" then
+        ngx.header["Allow"] = methods.allow
+        return errors.exit(405, "method_not_allowed", uri .. methods.accepts)
     end
-    if uri == "/internal/usage" then
-        if method == "POST" then
-            return push_usage()
-        elseif method == "GET" then
-            return errors.json(200, usage.report(config.get()))
-        end
-        ngx.header["Allow"] = "GET, POST"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
-    end
-    if uri == "/internal/snapshot" then
-        if method == "POST" then
-            return push_snapshot()
-        elseif method == "GET" then
-            return errors.json(200, config.status())
-        end
-        ngx.header["Allow"] = "GET, POST"
-        return errors.exit(405, "method_not_allowed", uri .. " accepts GET and POST")
-    end
-    return errors.exit(404, "not_found", "no internal endpoint at " .. uri)
+    return handler()
 end
 
 return _M

@@ -1,8 +1,9 @@
 -- Async jobs in the gateway (docs/contracts.md, "Async jobs"). The gateway does no
--- job work: it authenticates the caller as usual, then hands the request by ngx.exec
--- to the named location @sluice_jobs (nginx/nginx.conf.tmpl), which proxies to the
--- jobs service with the gateway token, under the URI set here; this module sets the caller's consumer
--- id, priority class and model as request headers, replacing any the caller sent.
+-- job work: it authenticates the caller as usual, then the request goes (ngx.exec, by
+-- sluice.phases: sluice.delivery's "job") to the named location @sluice_jobs
+-- (nginx/nginx.conf.tmpl), which proxies to the jobs service with the gateway token,
+-- under the URI set here; this module sets the caller's consumer id, priority class
+-- and model as request headers, replacing any the caller sent.
 --
 --   Prefer: respond-async on an inference endpoint   -> /sluice-jobs/submit<uri>
 --   GET|DELETE /v1/jobs/{id}                          -> /sluice-jobs<uri>
@@ -19,7 +20,6 @@ local headers = require("sluice.headers")
 local ngx = ngx
 local ngx_var = ngx.var
 local ngx_req = ngx.req
-local ngx_exec = ngx.exec
 local re_find = ngx.re.find
 local str_lower = string.lower
 local type = type
@@ -117,11 +117,11 @@ local function hand_over(uri, snap, consumer, model_name)
     ngx_req.set_header("X-Sluice-Model", model_name)   -- nil clears a caller's own
     ngx_req.clear_header("X-Sluice-Gateway-Token")      -- set by the location only
     ngx_req.set_uri(uri, false)   -- the query string stays
-    return ngx_exec("@sluice_jobs")
+    return nil
 end
 
--- Access phase, a jobs/files/batches endpoint, after authentication: to the service
--- (ngx.exec: does not return), or status, type, message to refuse it.
+-- Access phase, a jobs/files/batches endpoint, after authentication: the request
+-- made ready for the service (nil), or status, type, message to refuse it.
 function _M.serve(snap, consumer)
     return hand_over("/sluice-jobs" .. ngx_var.uri, snap, consumer, nil)
 end
@@ -139,8 +139,8 @@ function _M.wanted(ctx)
 end
 
 -- Access phase, an inference request with Prefer: respond-async, once the caller may
--- use the model: to the service, as a job (ngx.exec: does not return), or status,
--- type, message to refuse it. Quotas and policy apply when it runs.
+-- use the model: made ready for the service, as a job (nil), or status, type,
+-- message to refuse it. Quotas and policy apply when it runs.
 function _M.submit(snap, consumer, model_name)
     return hand_over("/sluice-jobs/submit" .. ngx_var.uri, snap, consumer, model_name)
 end

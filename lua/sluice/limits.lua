@@ -26,7 +26,7 @@
 -- early, giving that many extra tokens once the bucket has drained.
 --
 -- Concurrency: incr/decr of an in-flight counter; the log phase gives the slot back
--- (also after error_page's internal redirect: ctx.slot, sluice/context.lua).
+-- (also after error_page's internal redirect: ctx.quota.slot, sluice/context.lua).
 -- FIXME: a worker that dies mid-request leaks its slots until the dict is flushed.
 --
 -- Quotas: one counter per consumer, scope and UTC day or month, incremented before

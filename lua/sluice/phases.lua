@@ -1,8 +1,10 @@
 -- Entry points: each *_by_lua_block in nginx/nginx.conf.tmpl is one call here, and
 -- the only module that ends a request or sends a response: the access steps return
--- what they computed or a status and error. Per-request state lives in ngx.ctx, the
--- context described in sluice/context.lua, carried across error_page and ngx.exec by
--- one reference variable.
+-- what they computed or a status and error. How an answer travels is one value,
+-- ctx.delivery (sluice.delivery), decided by the steps; every ngx.exec and every
+-- capture is made here (deliver), and the filters and the log branch on it.
+-- Per-request state lives in ngx.ctx, the context described in sluice/context.lua,
+-- carried across error_page and ngx.exec by one reference variable.
 local config = require("sluice.config")
 local context = require("sluice.context")
 local errors = require("sluice.errors")
@@ -22,7 +24,7 @@ local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
 local trace = require("sluice.trace")
 local relay = require("sluice.relay")
-local requestid = require("sluice.requestid")
+local delivery = require("sluice.delivery")
 local steps = require("sluice.steps")
 local headers = require("sluice.headers")
 local fields = require("sluice.bytes").fields
@@ -39,6 +41,13 @@ local ngx_exec = ngx.exec
 local HTTP_OK = ngx.HTTP_OK
 local ERR = ngx.ERR
 local tonumber = tonumber
+
+local DIRECT, RELAY, STREAM, LOOP = delivery.DIRECT, delivery.RELAY, delivery.STREAM,
+                                    delivery.LOOP
+local OWN, ASIDE = delivery.OWN, delivery.ASIDE
+-- the deliveries whose filters do other than their own answer's work (delivery.role):
+-- most answers are their own pass's, and need no call to say so
+local OTHER = { [RELAY] = true, [STREAM] = true, [LOOP] = true }
 
 local _M = {}
 
@@ -65,11 +74,10 @@ function _M.init(opts)
 end
 
 function _M.init_worker()
-    requestid.init_worker()   -- a fresh id prefix per worker (after fork)
     splits.init_worker()
     metrics.init_worker()   -- the flush timer of this worker's metric buffer
     context.init_worker()   -- the gauge of request contexts held
-    trace.init_worker()     -- seeds this worker's trace and span ids
+    trace.init_worker()     -- fresh id prefixes per worker (after fork)
 end
 
 -- Send a ready answer (catalog, cache hit) and end the request.
@@ -84,22 +92,12 @@ end
 -- failing to connect or timing out)? $upstream_header_time is "-" without headers.
 local function backend_answered(ctx)
     -- this request's own attempts (a fallback's), else a relayed subrequest's
-    local times = ngx_var.upstream_header_time or ctx.upstream_header_times
+    local times = ngx_var.upstream_header_time or delivery.header_times(ctx)
     if not times then
         return false
     end
     local last = times:match("([^,%s:]+)%s*$")
     return last ~= nil and tonumber(last) ~= nil
-end
-
-local function joined(first, second)
-    if not first then
-        return second
-    end
-    if not second then
-        return first
-    end
-    return first .. ", " .. second
 end
 
 -- A relayed stream whose first frame converted: 200, then each piece as it comes.
@@ -118,20 +116,9 @@ end
 
 -- A converted answer, fetched through the subrequest (sluice.relay): sent with its
 -- own status, or a 502 when its conversion (a stream's first frame) failed.
-local function send_relayed(ctx)
-    if ctx.fallback then
-        -- the first pass's attempts (its subrequest's, or proxied from here) come
-        -- first in the log line and the breakers' bookkeeping (sets
-        -- ctx.upstream_earlier; note_upstream joins the fallback's to them)
-        ctx.upstream_earlier = {
-            joined(ctx.upstream_status, ngx_var.upstream_status),
-            joined(ctx.upstream_times, ngx_var.upstream_response_time),
-            joined(ctx.upstream_header_times, ngx_var.upstream_header_time),
-        }
-    end
-    ctx.relay_status = nil
+local function send_relayed(ctx, how)
     local res
-    if relay.streams(ctx) then
+    if how == STREAM then
         if relay.open_stream(ctx) == "ok" then
             return send_stream(ctx)
         end
@@ -143,6 +130,7 @@ local function send_relayed(ctx)
     if intercepted then
         -- nginx ended the subrequest before any error page: the public request's
         -- error page makes the answer (a 504 may go to the fallback from there)
+        delivery.made_here(ctx)
         return ngx_exit(intercepted)
     end
     relay.copy_headers(res)
@@ -155,25 +143,32 @@ local function send_relayed(ctx)
     return ngx_exit(HTTP_OK)
 end
 
+-- The answer on its way, as ctx.delivery says: proxied by this location (direct),
+-- fetched through the relay's subrequest (relay, stream), or to another location
+-- (tls, loop, job, fallback).
+local function deliver(ctx)
+    local how = delivery.how(ctx)
+    if how == DIRECT then
+        return
+    elseif how == RELAY or how == STREAM then
+        return send_relayed(ctx, how)
+    end
+    return ngx_exec(ctx.delivery.where)
+end
+
 function _M.access()
     local ctx = context.new()
     headers.read(ctx)
-    requestid.take(ctx)
-    trace.start(ctx)
+    trace.start(ctx)   -- the request id, then the trace context
     local status, err_type, msg, extra = steps.admit(ctx)
     if status == 200 then
         return answer(err_type, msg)
     elseif status == 499 then   -- the caller went away while it waited for a slot
         return ngx_exit(499)
-    elseif status == "loop" then   -- HTTP/2, served again as HTTP/1.1 (sluice.relay)
-        ctx.looped = true
-        return ngx_exec("@sluice_h1_loop")
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
-    if relay.wanted(ctx) then
-        return send_relayed(ctx)
-    end
+    return deliver(ctx)
 end
 
 -- location /_sluice/buffered (rewrite phase): the subrequest of a relayed answer.
@@ -181,17 +176,6 @@ function _M.buffered()
     if not relay.restore_vars(ngx.ctx) then
         return ngx_exit(404)
     end
-end
-
--- The last upstream attempt's status and times, for the log phase of the public
--- request, read where a subrequest (sluice.relay) ends: the public request's own
--- $upstream_* are empty then (sets ctx.upstream_status, ctx.upstream_times,
--- ctx.upstream_header_times; after ctx.upstream_earlier, a relayed fallback's).
-local function note_upstream(ctx)
-    local e = ctx.upstream_earlier or {}
-    ctx.upstream_status = joined(e[1], ngx_var.upstream_status)
-    ctx.upstream_times = joined(e[2], ngx_var.upstream_response_time)
-    ctx.upstream_header_times = joined(e[3], ngx_var.upstream_header_time)
 end
 
 function _M.balancer()
@@ -206,19 +190,20 @@ end
 -- (X-Request-Id: nginx's add_header, in nginx.conf.tmpl)
 function _M.header_filter()
     local ctx = ngx.ctx
-    if (ctx.relayed and not ngx.is_subrequest) or ctx.looped then
+    local d = ctx.delivery
+    local role = d and OTHER[d.how] and delivery.role(ctx) or OWN
+    if role == ASIDE then
         return   -- the subrequest's filters, or the HTTP/1.1 pass, made this answer
-    end
-    if ctx.relay_vars and ngx.is_subrequest then
-        -- what the backend (or nginx) answered, before the filters change it
-        ctx.relay_status = ngx.status
-        note_upstream(ctx)
+    elseif role ~= OWN then
+        -- a relay's subrequest: what the backend (or nginx) answered, before the
+        -- filters change it, for the public request
+        delivery.note_subrequest(ctx, true)
     end
     convert.header_filter(ctx)
     cache.header_filter(ctx)
     splits.header(ctx, ngx_header)
     fallback.header_filter(ctx)
-    if ctx.relay_queue and ngx.is_subrequest then
+    if role == STREAM then
         relay.note_headers(ctx)   -- a relayed stream's, for the public request
     end
 end
@@ -227,17 +212,19 @@ end
 -- OpenAI's shape where the caller speaks OpenAI.
 function _M.body_filter()
     local ctx = ngx.ctx
-    if (ctx.relayed and not ngx.is_subrequest) or ctx.looped then
+    local d = ctx.delivery
+    local role = d and OTHER[d.how] and delivery.role(ctx) or OWN
+    if role == ASIDE then
         return
     end
     convert.body_filter(ctx)
     cache.body_filter(ctx)
     policy.body_filter(ctx)
-    if ctx.relay_vars and ngx.is_subrequest then
+    if role ~= OWN then   -- a relay's subrequest
         if ngx.arg[2] then
-            note_upstream(ctx)
+            delivery.note_subrequest(ctx)
         end
-        if ctx.relay_queue then
+        if role == STREAM then
             relay.hand_over(ctx)   -- a relayed stream's piece, to the public request
         end
     end
@@ -245,7 +232,7 @@ end
 
 function _M.log()
     local ctx = context.finish()
-    if ctx.looped and backend_answered(ctx) then
+    if delivery.how(ctx) == LOOP and backend_answered(ctx) then
         return   -- the HTTP/1.1 pass answered: it counted and logged the request
     end
     policy.release(ctx)   -- quota bookkeeping first: the next request may be waiting
@@ -255,14 +242,8 @@ function _M.log()
     -- as one variable ($sl_logf, a map in nginx.conf.tmpl)
     local statuses, times, bytes_sent = fields(ngx_var.sl_logf)
     -- a relayed answer's attempts were the subrequest's; a fallback after it went
-    -- from this request: both, in order, as nginx lists several attempts (a relayed
-    -- fallback's ctx.upstream_* hold them all already)
-    if ctx.upstream_earlier then
-        statuses, times = ctx.upstream_status, ctx.upstream_times
-    else
-        statuses = joined(ctx.upstream_status, statuses)
-        times = joined(ctx.upstream_times, times)
-    end
+    -- from this request: all, in order, as nginx lists several attempts
+    statuses, times = delivery.attempts(ctx, statuses, times)
     observe.log(ctx, times, bytes_sent)
     local ids = ctx.tried_ids
     if ids then
@@ -279,11 +260,7 @@ function _M.fallback()
         local status, _, msg = steps.forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
         if not status then
             fallback.sent(ctx)
-            -- a converted answer: its status after the conversion, as in access
-            if relay.wanted(ctx) then
-                return send_relayed(ctx)
-            end
-            return
+            return deliver(ctx)   -- from here (direct), its TLS location, or relayed
         end
         doc = "cannot take this request: " .. msg
     end
@@ -300,12 +277,12 @@ end
 
 -- /healthz and /readyz (lua/sluice/probes.lua), with a request id like any answer.
 function _M.probe(which)
-    requestid.take(ngx.ctx)
+    trace.request_id(ngx.ctx)
     return probes[which]()
 end
 
 function _M.internal()
-    requestid.take(ngx.ctx)
+    trace.request_id(ngx.ctx)
     return internal.handle()
 end
 
@@ -314,11 +291,11 @@ end
 -- relayed backend 504 comes here only to reach the fallback).
 function _M.error_page()
     local ctx = context.restore()
-    requestid.take(ctx)
-    trace.start(ctx)   -- nginx's own 413/494 never reached access
+    trace.start(ctx)   -- ids: nginx's own 413/494 never reached access
     local status = ngx.status
     if fallback.try(ctx, status) then   -- a 504 with a fallback model goes there
-        return ngx_exec(fallback.LOCATION)
+        delivery.fallback(ctx)
+        return deliver(ctx)
     end
     policy.failed(ctx)
     local err_type, msg

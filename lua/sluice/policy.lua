@@ -84,7 +84,15 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     end
     local lim = plans.limits(plan, model_name)
     local keys = keys_for(lim, consumer.key_id)
-    ctx.slot = false   -- checked: ngx.ctx now knows whether a slot is held
+    -- ctx.quota: what this request holds of its plan's limits (a table kept with
+    -- the context): slot (false: none or given back), daily and monthly (request
+    -- quota counters counted, given back by undo())
+    local q = ctx.quota
+    if not q then
+        q = new_tab(0, 3)
+        ctx.quota = q
+    end
+    q.slot = false   -- checked: the context now knows whether a slot is held
 
     -- the slot first (it costs nothing), so that one take_all takes the rest
     local slot_refused = false
@@ -92,7 +100,7 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         local key = keys.slot
         local entered, err = limits.enter(key, lim.concurrent)
         if entered then
-            ctx.slot = key
+            q.slot = key
         elseif entered == nil then
             ngx_log(ERR, "concurrency limit unavailable: ", err)
         else
@@ -114,9 +122,9 @@ function _M.check(ctx, snap, consumer, model_name, llm)
     if refused == "unavailable" then   -- cluster mode: Redis down, failure = "closed"
         return 503, "backend_unavailable", why, { retry_after = retry_after }
     elseif refused == "rate" then
-        local key = ctx.slot
+        local key = q.slot
         if key then     -- taken above, not needed after all
-            ctx.slot = false
+            q.slot = false
             limits.leave(key)
         end
         return refuse("rate limit of plan " .. lim.name .. " exceeded ("
@@ -140,35 +148,40 @@ function _M.check(ctx, snap, consumer, model_name, llm)
         tokens.hold(ctx, req.token_key, req.reserve)
     end
     if req.daily_key or req.monthly_key then   -- for undo()
-        ctx.quota_daily, ctx.quota_monthly = req.daily_key, req.monthly_key
+        q.daily, q.monthly = req.daily_key, req.monthly_key
     end
     return nil
 end
 
 -- The concurrency slot goes back as soon as the answer ends (before the caller has
 -- its last byte, so its next request finds the slot free), else in the log phase.
-local function release_slot(ctx)
-    local key = ctx.slot
+local function release_slot(q)
+    local key = q.slot
     if key then
-        ctx.slot = false
+        q.slot = false
         return limits.leave(key)
     end
 end
 
 -- body_filter: watch for the backend's token usage when tokens are reserved.
 function _M.body_filter(ctx)
-    if ctx.usage_scan then
+    local u = ctx.usage
+    if u and u.scan then
         tokens.body_filter(ctx)
     end
     -- ngx.arg is a C call (no FFI): read only when there is a slot to give back
-    if ctx.slot and ngx_arg[2] then
-        release_slot(ctx)
+    local q = ctx.quota
+    if q and q.slot and ngx_arg[2] then
+        release_slot(q)
     end
 end
 
 -- error page: the request failed; give the slot and reserved tokens back now.
 function _M.failed(ctx)
-    release_slot(ctx)
+    local q = ctx.quota
+    if q then
+        release_slot(q)
+    end
     tokens.refund(ctx)
 end
 
@@ -179,23 +192,32 @@ end
 -- The rate limit's token stays taken (like a refused request's: the gateway did
 -- handle this request).
 function _M.undo(ctx)
-    release_slot(ctx)
+    local q = ctx.quota
+    if q then
+        release_slot(q)
+    end
     tokens.refund(ctx)
-    local key = ctx.quota_daily
+    if not q then
+        return
+    end
+    local key = q.daily
     if key then
-        ctx.quota_daily = false
+        q.daily = false
         limits.add(key, -1)
     end
-    key = ctx.quota_monthly
+    key = q.monthly
     if key then
-        ctx.quota_monthly = false
+        q.monthly = false
         limits.add(key, -1)
     end
 end
 
 -- log: whatever is still held.
 function _M.release(ctx)
-    release_slot(ctx)
+    local q = ctx.quota
+    if q then
+        release_slot(q)
+    end
     tokens.reconcile(ctx)
 end
 

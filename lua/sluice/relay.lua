@@ -12,7 +12,7 @@
 --
 -- A stream converted frame by frame (a kserve_v2 backend's) goes through the same
 -- subrequest, started in a light thread: its filters hand each converted piece to
--- the public request (ctx.relay_queue) instead of the capture, and the public
+-- the public request (ctx.delivery.queue) instead of the capture, and the public
 -- request holds its status and headers until the first frame is converted or has
 -- failed. Converted: 200 and the stream, piece by piece as it comes; a later
 -- failure is an SSE error event in OpenAI's stream shape, then [DONE]. Failed: a
@@ -121,30 +121,27 @@ function _M.streams(ctx)
     return conv ~= nil and conv.frames
 end
 
--- Access phase: the answer, through the subrequest (sets ctx.relay_vars and, once
--- it is back, ctx.relayed; intercepted() clears it again). Returns the capture's
--- result.
+-- Access phase: the answer, through the subrequest to ctx.delivery.where (the
+-- chosen backend's own trust location, or location /'s twin; sets
+-- ctx.delivery.vars). Returns the capture's result.
 function _M.fetch(ctx)
+    local d = ctx.delivery
     -- $sluice_ctx_ref: the subrequest's way to its context (sluice.context)
     local saved = { ctx.ref }
     for i = 2, #VARS do
         saved[i] = ngx_var[VARS[i]] or ""
     end
-    ctx.relay_vars = saved
-    -- the chosen backend's own trust location, or location /'s twin
-    local tls = ctx.pool.backends[ctx.backend_index].tls
-    local uri = tls and tls.buffered or LOCATION
+    d.vars = saved
     -- the caller's query string, which proxy_pass appends ($is_args$args)
-    local res = capture(uri, { method = HTTP_POST, always_forward_body = true,
-                               args = ngx_var.args, ctx = ctx })
-    ctx.relayed = true
-    return res
+    return capture(d.where, { method = HTTP_POST, always_forward_body = true,
+                              args = ngx_var.args, ctx = ctx })
 end
 
 -- The subrequest's rewrite phase: the proxying variables back. Returns false when
 -- there is no public request behind it.
 function _M.restore_vars(ctx)
-    local saved = ctx.relay_vars
+    local d = ctx.delivery
+    local saved = d and d.vars
     if not saved then
         return false
     end
@@ -173,13 +170,12 @@ local INTERCEPTED = { [413] = true, [500] = true, [502] = true, [503] = true, [5
 -- falls back on it as on nginx's timeout: the error page does that, and the log
 -- line keeps the backend's words (ctx.upstream_error).
 function _M.intercepted(ctx, res)
-    local status = ctx.relay_status
+    local status = ctx.delivery.status
     if not status then
         return nil
     end
     if (res.truncated and INTERCEPTED[status] and (res.body or "") == "")
        or (status == 504 and ctx.fallback_to and not ctx.fallback) then
-        ctx.relayed = nil
         errors.note(ctx, nil)   -- the converted 504 is dropped, and its type with it
         return status
     end
@@ -202,13 +198,13 @@ function _M.refusal(ctx, res)
     return nil
 end
 
--- Access phase, a stream: the subrequest, in a light thread (sets ctx.relay_queue;
+-- Access phase, a stream: the subrequest, in a light thread (sets ctx.delivery.queue;
 -- the thread sets its .res once it is over). Waits for the first frame's fate:
 -- returns "ok" (converted), "failed" (conv.failed says why), or nil when the
 -- subrequest ended without a stream (an error answer: finish_stream()).
 function _M.open_stream(ctx)
     local q = { sema = semaphore.new(), n = 0, taken = 0 }
-    ctx.relay_queue = q
+    ctx.delivery.queue = q
     q.thread = spawn(function()
         -- whatever happens, the public request must not wait forever
         local ok, res = pcall(_M.fetch, ctx)
@@ -228,7 +224,7 @@ end
 -- Subrequest header filter of a stream, after every filter: the status and headers
 -- the public request sends when the first frame converted.
 function _M.note_headers(ctx)
-    local q = ctx.relay_queue
+    local q = ctx.delivery.queue
     q.status, q.header = ngx.status, ngx.resp.get_headers()
 end
 
@@ -236,7 +232,7 @@ end
 -- piece goes to the public request, not to the capture. An error answer (conv.error)
 -- is left to the capture.
 function _M.hand_over(ctx)
-    local q, conv = ctx.relay_queue, ctx.conv
+    local q, conv = ctx.delivery.queue, ctx.conv
     if not conv or not conv.frames or conv.error then
         return
     end
@@ -263,16 +259,15 @@ end
 
 -- Access phase, a stream that converted: the status and headers to send.
 function _M.stream_headers(ctx)
-    local q = ctx.relay_queue
+    local q = ctx.delivery.queue
     ngx.status = q.status
     _M.copy_headers(q)
-    ctx.relayed = true   -- the public request's filters leave it alone from here
 end
 
 -- Access phase, a stream that converted: its next piece, waiting for it; nil once
 -- the subrequest is over and every piece was taken.
 function _M.next_piece(ctx)
-    local q = ctx.relay_queue
+    local q = ctx.delivery.queue
     while true do
         local i = q.taken + 1
         local piece = q[i]
@@ -291,7 +286,7 @@ end
 -- Access phase: the stream's subrequest is over (waits for it); returns its result,
 -- as fetch() does.
 function _M.finish_stream(ctx)
-    local q = ctx.relay_queue
+    local q = ctx.delivery.queue
     wait_thread(q.thread)
     return q.res
 end

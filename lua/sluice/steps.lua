@@ -23,6 +23,7 @@ local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
 local relay = require("sluice.relay")
+local delivery = require("sluice.delivery")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -32,8 +33,10 @@ local req_set_uri = ngx.req.set_uri
 local _M = {}
 
 -- Hand the request to `backend` of `pool` for model `model_name`: convert the body
--- to the backend's protocol and set what proxy_pass reads. Shared by access and the
--- fallback location. Returns nil; or status, type, message.
+-- to the backend's protocol, decide how the answer travels (ctx.delivery: direct,
+-- tls, relay or stream; sluice.delivery) and set what proxy_pass reads. Shared by
+-- access and the fallback location. Returns nil (phases.lua delivers); or status,
+-- type, message.
 function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     local path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
     if not path then
@@ -54,15 +57,21 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     -- set as the request's URI. A relay's subrequest, @sluice_fallback and the TLS
     -- locations proxy to $sluice_upstream_uri.
     local uri = backend.base_path .. path
-    local relayed = relay.wanted(ctx)
-    if relayed or ctx.fallback or backend.tls then
+    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback then
         ngx_var.sluice_upstream_uri = uri
     elseif uri ~= ctx.plain_path then
         req_set_uri(uri)
     end
-    -- an https backend: ngx.exec to its trust set's location, unless the answer is
-    -- relayed
-    upstream_tls.forward(ctx, backend, relayed)
+    upstream_tls.set_vars(ctx, backend)
+end
+
+-- After jobs.serve or jobs.submit: their refusal, or on to the jobs service.
+local function to_jobs(ctx, status, err_type, msg)
+    if status then
+        return status, err_type, msg
+    end
+    delivery.job(ctx)
+    return nil
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
@@ -78,9 +87,9 @@ end
 
 -- The access steps of a public request, in order. Each returns what it computed, or
 -- a status and error; nothing here ends the request. Returns nil when the request
--- goes to a backend; a status, type, message[, extra] to refuse it; 200 and the
--- content type and body of an answer made here (catalog, cache hit); or "loop": an
--- HTTP/2 request to serve again as HTTP/1.1 (sluice.relay.loops).
+-- leaves as ctx.delivery says (sluice.delivery: to a backend, the jobs service, or
+-- the HTTP/1.1 loop); a status, type, message[, extra] to refuse it; or 200 and the
+-- content type and body of an answer made here (catalog, cache hit).
 function _M.admit(ctx)
     local endpoint, path_model, err_type, msg, allow = endpoints.match(ctx)
     if not endpoint then
@@ -108,7 +117,7 @@ function _M.admit(ctx)
     ctx.attributes = status
     ctx.consumer = consumer
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
-        return jobs.serve(snap, consumer)
+        return to_jobs(ctx, jobs.serve(snap, consumer))
     end
 
     if endpoint.method == "GET" then
@@ -127,7 +136,8 @@ function _M.admit(ctx)
     end
     ctx.model_name = model_name
     if relay.loops(snap, endpoint, model_name, doc) then
-        return "loop"   -- nothing counted yet: the HTTP/1.1 pass counts it
+        delivery.loop(ctx)   -- nothing counted yet: the HTTP/1.1 pass counts it
+        return nil
     end
     if not auth.allowed(consumer, model_name) then
         return 403, "forbidden", "this key may not use model " .. model_name
@@ -139,7 +149,7 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     if jobs.wanted(ctx) then   -- Prefer: respond-async: stored and queued as a job
-        return jobs.submit(snap, consumer, model_name)
+        return to_jobs(ctx, jobs.submit(snap, consumer, model_name))
     end
 
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
@@ -191,7 +201,7 @@ function _M.admit(ctx)
             if buffer then
                 splits.unchoose(ctx, endpoint, asked)
                 ctx.model_name = asked
-                return jobs.submit(snap, consumer, asked)
+                return to_jobs(ctx, jobs.submit(snap, consumer, asked))
             end
         end
         return status, err_type, msg, extra

@@ -14,7 +14,13 @@
 -- until the backend says what it really used. Bytes / 4 overestimates tokens for
 -- most text; it only has to be an upper bound until reconciliation.
 -- The reservation rides in the request's context, which survives error_page
--- (sluice/context.lua).
+-- (sluice/context.lua), in its usage group, ctx.usage (made by of(), kept with the
+-- context):
+--   scan              scan the answer for `usage` (hold, scan, fallback)
+--   key, reserved     the token reservation's counter (false: settled) and tokens
+--   total, prompt, completion   what the answer reported (log line, usage counters)
+--   sse, len, n, bytes, parts, carry, done   the body filter's scan state
+--   keys              sluice.usage's counter keys of this request (its one writer)
 local cjson = require("cjson.safe")
 local limits = require("sluice.limits")
 local scan = require("sluice.scan")
@@ -35,6 +41,7 @@ local floor = math.floor
 local DEFAULT_MAX_TOKENS = 1024    -- reserved when the request sets no max_tokens
 local MAX_BODY = 1024 * 1024       -- a JSON answer larger than this is not parsed
 local MAX_CARRY = 64 * 1024        -- an SSE line longer than this is not parsed
+local new_tab = require("table.new")
 
 local _M = {}
 _M.DEFAULT_MAX_TOKENS = DEFAULT_MAX_TOKENS
@@ -55,14 +62,39 @@ function _M.reservation(body_len, doc)
     return ceil(body_len / 4) + requested_max(doc)
 end
 
+-- ctx.usage, made on first use (a table kept with the context after that).
+function _M.of(ctx)
+    local u = ctx.usage
+    if not u then
+        u = new_tab(0, 8)
+        ctx.usage = u
+    end
+    return u
+end
+
 -- Access phase, once admitted: the request holds `reserve` tokens on counter `key`
 -- until settled.
 function _M.hold(ctx, key, reserve)
-    ctx.token_key, ctx.token_reserved = key, reserve
-    ctx.usage_scan = true
+    local u = _M.of(ctx)
+    u.key, u.reserved = key, reserve
+    u.scan = true
 end
 
-local function take_usage(ctx, usage)
+-- Access phase (sluice.usage): scan the answer for `usage`, or (false) not.
+function _M.scan(ctx, on)
+    _M.of(ctx).scan = on
+end
+
+-- Access phase of @sluice_fallback: the fallback's answer settles the reservation
+-- of the first pass, if any.
+function _M.fallback(ctx)
+    local u = ctx.usage
+    if u then
+        u.scan = u.key and true or nil
+    end
+end
+
+local function take_usage(u, usage)
     if type(usage) ~= "table" then
         return
     end
@@ -74,28 +106,28 @@ local function take_usage(ctx, usage)
         end
         total = p + c
     end
-    ctx.usage_total = total
-    ctx.prompt_tokens = type(p) == "number" and p or nil
-    ctx.completion_tokens = type(c) == "number" and c or nil
+    u.total = total
+    u.prompt = type(p) == "number" and p or nil
+    u.completion = type(c) == "number" and c or nil
 end
 
 -- Settle the reservation at `used` tokens, once. Called as soon as the outcome is
 -- known (end of the answer, error page), before the caller has the last byte, so a
 -- caller's next request already sees the settled counter; the log phase catches
 -- what is left.
-local function settle(ctx, used)
-    local key = ctx.token_key
+local function settle(u, used)
+    local key = u.key
     if not key then
         return      -- none held, or settled earlier in this request
     end
-    local reserved = ctx.token_reserved
-    ctx.token_key = false
+    local reserved = u.reserved
+    u.key = false
     if used ~= reserved then
         limits.add(key, used - reserved)
     end
 end
 
-local function take_body(ctx, body)
+local function take_body(u, body)
     if #body > MAX_BODY then
         return
     end
@@ -106,17 +138,17 @@ local function take_body(ctx, body)
     -- the usage object's numbers without decoding the whole answer, else a decode
     local usage = scan.usage(body, at)
     if usage then
-        return take_usage(ctx, usage)
+        return take_usage(u, usage)
     end
     local doc = cjson.decode(body)
     if type(doc) == "table" then
-        take_usage(ctx, doc.usage)
+        take_usage(u, doc.usage)
     end
 end
 
 -- SSE: scan complete lines for a data event with "usage"; keep the unfinished tail.
-local function scan_sse(ctx, chunk)
-    local buf = ctx.usage_carry
+local function scan_sse(u, chunk)
+    local buf = u.carry
     buf = buf and buf .. chunk or chunk
     local last = 0      -- end of the last complete line
     if str_find(buf, '"usage"', 1, true) then
@@ -127,11 +159,11 @@ local function scan_sse(ctx, chunk)
                 break
             end
             if str_sub(buf, pos, pos + 5) == "data: " then
-                local u = str_find(buf, '"usage"', pos, true)
-                if u and u < nl then
+                local at = str_find(buf, '"usage"', pos, true)
+                if at and at < nl then
                     local event = cjson.decode(str_sub(buf, pos + 6, nl - 1))
                     if type(event) == "table" then
-                        take_usage(ctx, event.usage)
+                        take_usage(u, event.usage)
                     end
                 end
             end
@@ -142,7 +174,7 @@ local function scan_sse(ctx, chunk)
         last = str_find(buf, "\n[^\n]*$") or 0
     end
     local rest = str_sub(buf, last + 1)
-    ctx.usage_carry = #rest <= MAX_CARRY and rest or nil
+    u.carry = #rest <= MAX_CARRY and rest or nil
 end
 
 -- body_filter: cheap unless this request holds a reservation. The settlement happens
@@ -150,79 +182,84 @@ end
 -- when Content-Length bytes have passed (nginx sends its eof only after the client
 -- already has them), else at eof.
 function _M.body_filter(ctx)
-    if ctx.usage_done then
+    local u = ctx.usage
+    if u.done then
         return
     end
     local chunk, eof = ngx_arg[1], ngx_arg[2]
-    if ctx.usage_sse == nil then
+    if u.sse == nil then
         -- the answer the caller gets (after a conversion's header filter): its
         -- Content-Length and Content-Type in one variable ($sl_sent, a map in
         -- nginx.conf.tmpl: the headers as nginx keeps them, no header list to scan)
         local len, ct = fields(ngx_var.sl_sent)
-        ctx.usage_sse = ct ~= nil and str_find(ct, "text/event-stream", 1, true) ~= nil
-        ctx.usage_len = len and tonumber(len)
-        ctx.usage_n, ctx.usage_bytes = 0, 0
+        u.sse = ct ~= nil and str_find(ct, "text/event-stream", 1, true) ~= nil
+        u.len = len and tonumber(len)
+        u.n, u.bytes = 0, 0
     end
-    if ctx.usage_sse then
+    if u.sse then
         if chunk ~= "" then
-            scan_sse(ctx, chunk)
+            scan_sse(u, chunk)
         end
-        if ctx.usage_total then
-            ctx.usage_done = true
-            settle(ctx, ctx.usage_total)
+        if u.total then
+            u.done = true
+            settle(u, u.total)
         end
         return
     end
-    local bytes = ctx.usage_bytes + #chunk
-    ctx.usage_bytes = bytes
-    local complete = eof or (ctx.usage_len ~= nil and bytes >= ctx.usage_len)
-    if complete and ctx.usage_n == 0 then
+    local bytes = u.bytes + #chunk
+    u.bytes = bytes
+    local complete = eof or (u.len ~= nil and bytes >= u.len)
+    if complete and u.n == 0 then
         -- the whole answer in one buffer, the common case for small JSON
-        ctx.usage_done = true
-        take_body(ctx, chunk)
+        u.done = true
+        take_body(u, chunk)
     elseif bytes <= MAX_BODY then
         if chunk ~= "" then
-            local parts = ctx.usage_parts
+            local parts = u.parts
             if not parts then
                 parts = {}
-                ctx.usage_parts = parts
+                u.parts = parts
             end
-            local n = ctx.usage_n + 1
+            local n = u.n + 1
             parts[n] = chunk
-            ctx.usage_n = n
+            u.n = n
         end
         if complete then
-            ctx.usage_done = true
-            take_body(ctx, concat(ctx.usage_parts, "", 1, ctx.usage_n))
+            u.done = true
+            take_body(u, concat(u.parts, "", 1, u.n))
         end
     else
-        ctx.usage_done = true     -- too large to parse: the log phase settles
-        ctx.usage_parts = nil
+        u.done = true     -- too large to parse: the log phase settles
+        u.parts = nil
     end
-    if ctx.usage_total then
-        settle(ctx, ctx.usage_total)
+    if u.total then
+        settle(u, u.total)
     end
 end
 
 -- error page: the request failed, nothing was generated.
 function _M.refund(ctx)
-    settle(ctx, 0)
+    local u = ctx.usage
+    if u then
+        settle(u, 0)
+    end
 end
 
 -- log: settle what is still open.
 function _M.reconcile(ctx)
-    if not ctx.token_key then
+    local u = ctx.usage
+    if not u or not u.key then
         return
     end
-    local used = ctx.usage_total
+    local used = u.total
     if not used then
-        if ngx.status >= 400 or not ctx.usage_scan then
+        if ngx.status >= 400 or not u.scan then
             used = 0      -- refused, failed or never forwarded: nothing was generated
         else
-            used = ctx.token_reserved
+            used = u.reserved
         end
     end
-    settle(ctx, used)
+    settle(u, used)
 end
 
 return _M

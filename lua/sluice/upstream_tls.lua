@@ -14,8 +14,9 @@
 --   and each with "_mtls": the same trust presenting the backend's client pair
 --   (nginx 1.22 refuses an empty data: certificate, so it cannot be the default)
 --
--- A backend of another trust set is reached by ngx.exec from the access phase;
--- the request's context crosses it through the registry (sluice.context). An
+-- A backend of another trust set is reached by ngx.exec from the access phase
+-- (sluice.delivery's "tls", performed by sluice.phases); the request's context
+-- crosses it through the registry (sluice.context). An
 -- answer converted whole goes through a subrequest (sluice.relay), which cannot
 -- reach a named location: each of them has an internal twin with the same TLS
 -- lines, location = /_sluice/buffered_tls/<trust>[_mtls], the subrequest's URI.
@@ -25,7 +26,6 @@ local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
-local ngx_exec = ngx.exec
 local ngx_log = ngx.log
 local ngx_md5 = ngx.md5
 local WARN = ngx.WARN
@@ -109,11 +109,11 @@ function _M.check_shared(backends_by_addr)
     end
 end
 
--- Access phase (after the upstream variables): TLS variables of backend `b`, and
--- on to its trust location, unless the answer is
--- `relayed` (its subrequest goes to b.tls.buffered). Sets ngx.var (and
--- ctx.upstream_tls: $sluice_upstream_tls is set), may not return.
-function _M.forward(ctx, b, relayed)
+-- Access phase (after the upstream variables): TLS variables of backend `b` (sets
+-- ngx.var, and ctx.upstream_tls: $sluice_upstream_tls is set). Where the request
+-- goes then (its trust location, or a relay's twin of it) is ctx.delivery's
+-- (sluice.delivery), and phases.lua takes it there.
+function _M.set_vars(ctx, b)
     local t = b.tls
     if not t then
         -- unset reads "": plain; written only to clear an earlier pass's (fallback)
@@ -129,10 +129,6 @@ function _M.forward(ctx, b, relayed)
     if t.cert ~= "" then
         ngx_var.sluice_tls_cert = t.cert
         ngx_var.sluice_tls_key = t.key
-    end
-    if not relayed then
-        -- the context is already in the registry (context.new, first in access)
-        return ngx_exec(t.location)
     end
 end
 

@@ -21,6 +21,7 @@ local plans = require("sluice.plans")
 local limits = require("sluice.limits")
 local metrics = require("sluice.metrics")
 local clear_tab = require("table.clear")
+local tokens = require("sluice.tokens")
 
 local ngx = ngx
 local ngx_time = ngx.time
@@ -157,33 +158,36 @@ end
 function _M.count(ctx, endpoint, consumer, model_name)
     local k = keys_for(consumer.key_id, model_name)
     count(k, "nr", 1)
-    ctx.usage_keys = k
+    local u = tokens.of(ctx)
+    u.keys = k
     local kind = endpoint.kind
     if consumer.plan_id and (kind == "chat" or kind == "completion") then
-        ctx.usage_scan = true
+        u.scan = true
     end
 end
 
 -- Access phase: the request became an async job (plan `buffer_at_peak`); the job
 -- counts itself when it runs.
 function _M.uncount(ctx)
-    local k = ctx.usage_keys
+    local u = ctx.usage
+    local k = u and u.keys
     if k then
-        ctx.usage_keys = nil
-        ctx.usage_scan = false
+        u.keys = nil
+        tokens.scan(ctx, false)
         count(k, "nr", -1)
     end
 end
 
--- Log phase: the tokens the answer reported (ctx.usage_total, set by tokens.lua).
+-- Log phase: the tokens the answer reported (ctx.usage, set by tokens.lua).
 function _M.log(ctx)
-    local k = ctx.usage_keys
-    local total = k and ctx.usage_total
+    local u = ctx.usage
+    local k = u and u.keys
+    local total = k and u.total
     if not total then
         return
     end
-    local p = ctx.prompt_tokens
-    local c = ctx.completion_tokens
+    local p = u.prompt
+    local c = u.completion
     if p then count(k, "np", p) end
     if c then count(k, "nc", c) end
     count(k, "nt", total)

@@ -199,6 +199,8 @@ def test_unconvertible_200_of_a_fallback_is_a_real_502(falling_back, helpers, fi
                                 if l["request_id"].startswith("fb-")], 10)
     assert {l["status"] for l in lines} == {"502", "200"}
     assert all(l["fallback"] == "conv" and l["backend"] == "kv1" for l in lines)
+    # the first pass's attempt (timed out after 300 ms) is counted with the fallback's
+    assert all(float(l["upstream_ms"]) >= 290 for l in lines)
     stats = eventually(lambda: (s := gw.stats()["backends"])[first_id]["failures"] == 2
                        and s, 10)
     assert stats["1"]["successes"] == 2 and stats["1"]["failures"] == 0

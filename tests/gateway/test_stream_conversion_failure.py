@@ -159,21 +159,36 @@ def test_caller_hanging_up_cuts_the_backend_stream(v2, helpers):
     eventually(lambda: server.aborted == 1, 15)
 
 
+def logged(gw, rid):
+    return eventually(lambda: [line for line in access_lines(gw, 1, timeout=0.5)
+                               if line["request_id"] == rid], 10)[0]
+
+
 def test_relayed_stream_that_times_out_falls_back(v2, helpers):
     gw, _ = v2
-    r = stream(gw, helpers, "stall", model="v2-stalls")
+    r = stream(gw, helpers, "stall", rid="stall-then-fast", model="v2-stalls")
     assert r.status_code == 200
     assert r.headers["X-Sluice-Fallback"] == "fast"
     evs = events(r)
     assert evs[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["delta"].get("content", "")
                    for e in evs[:-1]) == "echo: hi"
+    # one line, with both passes' attempts: the relayed stream's, timed out after
+    # 300 ms, then the fallback's, proxied from the public request
+    line = logged(gw, "stall-then-fast")
+    assert line["status"] == "200" and line["fallback"] == "fast"
+    assert float(line["upstream_ms"]) >= 290
 
 
 def test_fallback_stream_whose_first_frame_fails_is_a_real_502(v2, helpers):
     gw, _ = v2
-    r = stream(gw, helpers, "bad-first", model="fast-then-v2",
+    r = stream(gw, helpers, "bad-first", rid="fast-then-bad", model="fast-then-v2",
                headers={"X-Demo-Latency-Ms": "2000"})
     err = helpers.assert_error(r, 502, "backend_error")
     assert err["message"] == "cannot convert the backend answer: model exploded"
     assert r.headers["X-Sluice-Fallback"] == "v2"
+    # one line, with both passes' attempts: the proxied stream's, timed out after
+    # 300 ms, then the relayed fallback's
+    line = logged(gw, "fast-then-bad")
+    assert line["status"] == "502" and line["fallback"] == "v2"
+    assert float(line["upstream_ms"]) >= 290

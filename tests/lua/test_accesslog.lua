@@ -40,7 +40,7 @@ end
 -- worker and reused) or not: the second line of the same numbers reads the same.
 function T.numbers_as_tostring()
     for _ = 1, 2 do
-        local line = accesslog.line({ queue_ms = 2.5, prompt_tokens = 0 }, 1764435000, "POST",
+        local line = accesslog.line({ queue_ms = 2.5, usage = { prompt = 0 } }, 1764435000, "POST",
                                     "/p", 503, nil, nil, nil, "m", "", 70000, 65535)
         local doc = assert(cjson.decode(line))
         assert(doc.status == "503" and doc.latency_ms == "70000" and doc.upstream_ms == "65535")
@@ -52,14 +52,19 @@ end
 -- A line whose optional fields are absent reads as one whose fields are set empty
 -- (absent runs are written as one piece each).
 function T.absent_fields_read_as_empty_ones()
-    local empty = { request_id = "r", prompt_tokens = "", completion_tokens = "",
+    local empty = { request_id = "r", usage = { prompt = "", completion = "" },
                     cache_status = "", error_type = "", excerpt = "", fallback = "",
-                    queue_ms = "", upstream_error = "", trace_id = "t", span_id = "s" }
-    local absent = { request_id = "r", trace_id = "t", span_id = "s" }
+                    queue_ms = "", upstream_error = "", trace = { id = "t", span = "s" } }
+    local absent = { request_id = "r", trace = { id = "t", span = "s" } }
     local args = { 1764435000.25, "POST", "/v1/x", 200, "10", "c", "p", "m", "b", 3, 2 }
     assert(accesslog.line(absent, unpack(args)) == accesslog.line(empty, unpack(args)))
     for _, k in ipairs({ "prompt_tokens", "cache_status", "excerpt", "queue_ms" }) do
-        local one = { request_id = "r", trace_id = "t", span_id = "s", [k] = 7 }
+        local one = { request_id = "r", trace = { id = "t", span = "s" } }
+        if k == "prompt_tokens" then
+            one.usage = { prompt = 7 }   -- the usage group (sluice.tokens)
+        else
+            one[k] = 7
+        end
         local doc = assert(cjson.decode(accesslog.line(one, unpack(args))))
         assert(doc[k == "cache_status" and "cache" or k] == "7", k)
     end
@@ -72,9 +77,9 @@ local KEYS = { "time", "request_id", "consumer", "plan", "model", "route", "back
                "parent_span_id" }
 
 function T.line_fields_in_order()
-    local ctx = { request_id = "r1", route = "rt", prompt_tokens = 5, completion_tokens = 2,
+    local ctx = { request_id = "r1", route = "rt", usage = { prompt = 5, completion = 2 },
                   cache_status = "MISS", error_type = nil, excerpt = 'say "hi"\n',
-                  trace_id = "t", span_id = "s" }
+                  trace = { id = "t", span = "s" } }
     local line = accesslog.line(ctx, 1764435000.5, "POST", "/v1/chat/completions", 200,
                                 "530", "alice", "gold", "m", "b1", 12, 3)
     local doc = assert(cjson.decode(line))

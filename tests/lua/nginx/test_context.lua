@@ -43,6 +43,29 @@ function T.recycled_table_is_emptied_and_reused()
     context.recycle(again)
 end
 
+function T.recycled_groups_are_emptied_and_kept_with_their_context()
+    -- the groups (sluice.delivery's, sluice.trace's, sluice.tokens', sluice.policy's)
+    -- are tables of their own, kept with the context so that no request makes one
+    local delivery, trace = { how = "relay", upstream = { { "502" } } }, { id = "t" }
+    local usage, quota = { total = 42, keys = {} }, { slot = "s" }
+    local first = cycle({ model_name = "chat", delivery = delivery, trace = trace,
+                          usage = usage, quota = quota })
+    assert(first.delivery == delivery and first.trace == trace and first.usage == usage
+           and first.quota == quota, "a group's table was not kept")
+    for name, group in pairs(first) do
+        assert(type(group) == "table" and next(group) == nil,
+               "left behind: " .. tostring(name) .. "." .. tostring(next(group or {})))
+    end
+    local again = context.new()
+    assert(again == first and again.usage == usage, "the recycled table was not reused")
+    assert(again.ref and again.model_name == nil)
+    assert(context.finish() == again)
+    context.recycle(again)
+    -- the next test wants a context without groups: this one is not recycled again
+    context.new()
+    context.finish()
+end
+
 function T.spare_tables_are_bounded_and_reused_last_in_first_out()
     -- recycle 70 contexts: at most 64 are kept, and new() hands them out newest first
     local made = {}
