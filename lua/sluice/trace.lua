@@ -9,7 +9,7 @@
 -- parent), else a trace starts here; the backend gets ours as its parent
 -- (proxy_set_header traceparent in nginx/nginx.conf.tmpl), `tracestate` passes
 -- through untouched. The ids go to the access-log line, and the log shipper turns
--- that line into an OTLP span (control_plane/tracing.py): nothing here but ids.
+-- that line into an OTLP span (control_plane/clients/tracing.py): nothing here but ids.
 --
 -- Ids made here: 32 hex digits, 16 random ones drawn when the worker starts and a
 -- 16-digit sequence number of the worker. Unique like nginx's $request_id (16 random
