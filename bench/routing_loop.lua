@@ -54,14 +54,14 @@ local ctx = {}
 local picks = {}
 -- warm up (JIT, worker caches)
 for _ = 1, 1000 do
-    local pool = target.pool(snap, ENDPOINT, model)
+    local pool = select(5, target.pool(snap, ENDPOINT, model))
     balancer.choose(ctx, pool, snap.breaker)
 end
 ngx.update_time()
 local t0 = ngx.now()
 for _ = 1, iters do
     local s = config.get()                       -- the per-request snapshot check
-    local pool = target.pool(s, ENDPOINT, model)
+    local pool = select(5, target.pool(s, ENDPOINT, model))
     local b = balancer.choose(ctx, pool, s.breaker)
     if b then
         local k = b.id_s

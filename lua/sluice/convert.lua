@@ -64,29 +64,30 @@ function _M.native_path(endpoint, model_name)
     return "/v1/models/" .. escape_uri(model_name) .. "/predict"
 end
 
--- Access phase. Returns the backend path (without query), or nil, status, type, message.
+-- Access step. Returns status, type, message on failure; else nil, nil, nil, nil and
+-- the backend path (without query).
 function _M.prepare(ctx, endpoint, doc, model_name, pool)
     local protocol = pool.protocol
     if endpoint.native == protocol then
-        return _M.native_path(endpoint, model_name)
+        return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
-        return nil, 400, "invalid_request", "model " .. model_name
+        return 400, "invalid_request", "model " .. model_name
                .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
     end
     local caller = CALLERS[endpoint.caller]
     local ireq, err = caller.decode(endpoint, doc, model_name)
     if not ireq then
-        return nil, 400, "invalid_request", err
+        return 400, "invalid_request", err
     end
     local backend = BACKENDS[protocol]
     local path, body = backend.request(ireq, pool, model_name)
     if not path then
-        return nil, 400, "invalid_request", body
+        return 400, "invalid_request", body
     end
     local raw, eerr = cjson.encode(body)
     if not raw then
-        return nil, 500, "internal_error", "failed to encode the backend request: " .. eerr
+        return 500, "internal_error", "failed to encode the backend request: " .. eerr
     end
     ngx_req.set_body_data(raw)
     ngx_req.set_header("Content-Type", "application/json")
@@ -96,7 +97,7 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
         frames = backend.streams ~= nil and backend.streams(ireq) or false,
         sse = ireq.stream == true,
     }
-    return path
+    return nil, nil, nil, nil, path
 end
 
 -- A backend's own non-2xx answer on a pair proxied unchanged: from now on it is

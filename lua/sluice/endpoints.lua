@@ -46,8 +46,9 @@ local BY_PATTERN = {
 }
 
 
--- Which endpoint a request is for. Returns endpoint, model-from-path (or nil);
--- or nil, status, type, message. (`uri` is percent-decoded and normalised by nginx;
+-- Which endpoint a request is for. Access step: returns status, type, message on
+-- failure (a 405 sets the Allow header); else nil, nil, nil, nil, endpoint and the
+-- model named by the path (or nil). (`uri` is percent-decoded and normalised by nginx;
 -- kept in ctx.uri for the log line; ctx.plain_path is the same string when the
 -- caller sent it so, unescaped.) $request_uri as sluice.headers read it; $uri only
 -- for a path nginx normalised.
@@ -70,13 +71,14 @@ function _M.match(ctx)
     end
     endpoint = endpoint or jobs.endpoint(uri, ngx_req.get_method())   -- jobs, files, batches
     if not endpoint then
-        return nil, 404, "not_found", "no endpoint at " .. uri
+        return 404, "not_found", "no endpoint at " .. uri
     end
     local method = endpoint.method or "POST"
     if ngx_req.get_method() ~= method then
-        return nil, 405, "method_not_allowed", uri .. " only accepts " .. method, method
+        ngx.header["Allow"] = method
+        return 405, "method_not_allowed", uri .. " only accepts " .. method
     end
-    return endpoint, model
+    return nil, nil, nil, nil, endpoint, model
 end
 
 return _M

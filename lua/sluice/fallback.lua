@@ -88,7 +88,7 @@ function _M.route(ctx)
     if not model then
         return nil, "is not served"
     end
-    local endpoint = endpoints.match(ctx)
+    local endpoint = select(5, endpoints.match(ctx))
     local doc = cjson.decode(ctx.fallback_body or "")
     if not endpoint or type(doc) ~= "table" then
         return nil, "cannot take this request"
@@ -96,7 +96,7 @@ function _M.route(ctx)
     if not endpoint.model_in_path then
         doc.model = name
     end
-    local pool = target.pool(snap, endpoint, name)
+    local pool = select(5, target.pool(snap, endpoint, name))
     local backend = pool and balancer.choose(ctx, pool, snap.breaker)
     if not backend then
         return nil, "has no available backend"

@@ -64,25 +64,32 @@ function _M.endpoint(uri, method)
     return nil
 end
 
--- auth.authenticate(), or the worker's request on a consumer's behalf. Sets
+-- Access step: auth.authenticate(), or the worker's request on a consumer's behalf.
+-- Returns status, type, message on failure; else nil, nil, nil, nil, the consumer
+-- and its attributes. Sets
 -- ctx.job_id (its one writer) on a worker's request (such a request is never made async again).
 function _M.authenticate(snap, ctx)
     local given = headers.rare(ctx) and ngx_var.http_x_sluice_worker_token
     if not given or given == "" then
-        return auth.authenticate(snap, ctx.authorization)
+        -- auth's own convention: consumer, attributes; or nil, status, type, message
+        local consumer, second, err_type, msg = auth.authenticate(snap, ctx.authorization)
+        if not consumer then
+            return second, err_type, msg
+        end
+        return nil, nil, nil, nil, consumer, second
     end
     -- never forwarded to a backend, whatever happens next
     ngx_req.clear_header("X-Sluice-Worker-Token")
     if not internal.is_token(given) then
-        return nil, 403, "forbidden", "invalid worker token"
+        return 403, "forbidden", "invalid worker token"
     end
     local id = ngx_var.http_x_sluice_on_behalf_of
     local consumer = id and snap.consumers[id]
     if not consumer then
-        return nil, 403, "forbidden", "the job's consumer no longer exists"
+        return 403, "forbidden", "the job's consumer no longer exists"
     end
     ctx.job_id = ngx_var.http_x_sluice_job_id or "?"
-    return consumer, consumer.attributes
+    return nil, nil, nil, nil, consumer, consumer.attributes
 end
 
 -- The caller's priority class, as sluice.admission ranks it: the plan's, or lower

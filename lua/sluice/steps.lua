@@ -1,6 +1,7 @@
 -- The access steps of a public request, in order (admit), and the hand-over to a
--- backend that the fallback location shares (forward). Each step returns what it
--- computed, or a status and error: nothing here ends a request; sluice/phases.lua
+-- backend that the fallback location shares (forward). Each step returns a failure
+-- status-first (status, type, message, extra), then what it computed: nothing here
+-- ends a request; sluice/phases.lua
 -- does, with what these return.
 local config = require("sluice.config")
 local auth = require("sluice.auth")
@@ -27,7 +28,6 @@ local delivery = require("sluice.delivery")
 
 local ngx = ngx
 local ngx_var = ngx.var
-local ngx_header = ngx.header
 local req_set_uri = ngx.req.set_uri
 
 local _M = {}
@@ -38,9 +38,10 @@ local _M = {}
 -- access and the fallback location. Returns nil (phases.lua delivers); or status,
 -- type, message.
 function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
-    local path, status, err_type, msg = convert.prepare(ctx, endpoint, doc, model_name, pool)
-    if not path then
-        return status, err_type, msg
+    local status, err_type, msg, extra, path = convert.prepare(ctx, endpoint, doc, model_name,
+                                                              pool)
+    if status then
+        return status, err_type, msg, extra
     end
     -- FIXME: a retry (balancer) reuses this Host; it picks only backends with the
     -- same base_path and credentials, so the URI and Authorization still fit.
@@ -85,19 +86,16 @@ local function refuse_malformed(endpoint, doc, model)
            why, { param = param }
 end
 
--- The access steps of a public request, in order. Each returns what it computed, or
--- a status and error; nothing here ends the request. Returns nil when the request
+-- The access steps of a public request, in order. Each step returns a failure
+-- status-first, in the same slots (status, type, message, extra), and what it
+-- computed after them; nothing here ends the request. Returns nil when the request
 -- leaves as ctx.delivery says (sluice.delivery: to a backend, the jobs service, or
 -- the HTTP/1.1 loop); a status, type, message[, extra] to refuse it; or 200 and the
 -- content type and body of an answer made here (catalog, cache hit).
 function _M.admit(ctx)
-    local endpoint, path_model, err_type, msg, allow = endpoints.match(ctx)
-    if not endpoint then
-        local status = path_model   -- on failure: nil, status, type, message[, allow]
-        if status == 405 then
-            ngx_header["Allow"] = allow
-        end
-        return status, err_type, msg
+    local status, err_type, msg, extra, endpoint, path_model = endpoints.match(ctx)
+    if status then
+        return status, err_type, msg, extra
     end
 
     local snap, moved = config.get()
@@ -107,14 +105,13 @@ function _M.admit(ctx)
                { retry_after = 1 }
     end
 
-    -- on success: consumer, attributes; on failure: nil, status, type, message
-    local consumer, status
-    consumer, status, err_type, msg = jobs.authenticate(snap, ctx)   -- or a job's worker
-    if not consumer then
-        return status, err_type, msg
+    local consumer, attributes   -- (or a job's worker, on a consumer's behalf)
+    status, err_type, msg, extra, consumer, attributes = jobs.authenticate(snap, ctx)
+    if status then
+        return status, err_type, msg, extra
     end
     -- what routing conditions test: the consumer's attributes, JWT claims over them
-    ctx.attributes = status
+    ctx.attributes = attributes
     ctx.consumer = consumer
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
         return to_jobs(ctx, jobs.serve(snap, consumer))
@@ -125,9 +122,9 @@ function _M.admit(ctx)
     end
 
     local model_name, doc
-    model_name, doc, err_type, msg = target.model_name(ctx, endpoint, path_model, snap)
-    if not model_name then
-        return doc, err_type, msg
+    status, err_type, msg, extra, model_name, doc = target.model_name(ctx, endpoint, path_model, snap)
+    if status then
+        return status, err_type, msg, extra
     end
 
     -- a model, or a route over models (sluice.splits picks one below)
@@ -143,7 +140,6 @@ function _M.admit(ctx)
         return 403, "forbidden", "this key may not use model " .. model_name
     end
     -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
-    local extra
     status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
     if status then
         return status, err_type, msg, extra
@@ -170,9 +166,9 @@ function _M.admit(ctx)
     model_name = splits.choose(ctx, snap, endpoint, model_name, consumer)
 
     local pool, model
-    pool, model, err_type, msg = target.pool(snap, endpoint, model_name)
-    if not pool then
-        return model, err_type, msg
+    status, err_type, msg, extra, pool, model = target.pool(snap, endpoint, model_name)
+    if status then
+        return status, err_type, msg, extra
     end
     if model_name ~= asked then
         status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)

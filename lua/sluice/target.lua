@@ -52,55 +52,57 @@ local function decode(body)
     return doc
 end
 
--- The model a request names and its decoded body. Returns model name, body; or nil,
--- status, type, message. A path-named model's body is decoded only when a step reads
--- it (sluice.body says when): the body is nil otherwise. The unified envelope may name
+-- Access step: the model a request names and its decoded body. Returns status, type,
+-- message on failure; else nil, nil, nil, nil, model name, body. A path-named model's
+-- body is decoded only when a step reads it (sluice.body says when): the body is nil
+-- otherwise. The unified envelope may name
 -- a `model_type` instead of a `model` (brief 000): the snapshot's `model_types` map
 -- says which model or route serves it; `model`, when present, wins.
 -- Sets ctx.request_len, and ctx.request_doc when decoded.
 function _M.model_name(ctx, endpoint, path_model, snap)
     local body, status, err_type, msg = read_body(ctx)
     if not body then
-        return nil, status, err_type, msg
+        return status, err_type, msg
     end
     ctx.request_len = #body
     if endpoint.model_in_path and not needs_doc(snap, endpoint, path_model) then
-        return path_model, nil   -- forwarded as it came
+        return nil, nil, nil, nil, path_model, nil   -- forwarded as it came
     end
     local doc
     doc, status, err_type, msg = decode(body)
     if not doc then
-        return nil, status, err_type, msg
+        return status, err_type, msg
     end
     -- kept for later steps (token reservation) so the body is decoded once
     ctx.request_doc = doc
     if endpoint.model_in_path then
-        return path_model, doc
+        return nil, nil, nil, nil, path_model, doc
     end
     local name = doc.model
     if name == nil and endpoint.name == "unified" then
         local mtype = doc.model_type
         if type(mtype) ~= "string" or mtype == "" then
-            return nil, 400, "invalid_request",
+            return 400, "invalid_request",
                    'the envelope needs "model" or "model_type" (a non-empty string)'
         end
         name = snap.model_types and snap.model_types[mtype]
         if not name then
-            return nil, 404, "not_found", "no model serves model_type " .. mtype
+            return 404, "not_found", "no model serves model_type " .. mtype
         end
-        return name, doc
+        return nil, nil, nil, nil, name, doc
     end
     if type(name) ~= "string" or name == "" then
-        return nil, 400, "invalid_request", 'field "model" must be a non-empty string'
+        return 400, "invalid_request", 'field "model" must be a non-empty string'
     end
-    return name, doc
+    return nil, nil, nil, nil, name, doc
 end
 
--- The pool of backends that serve `model` for `endpoint`, or nil, status, type, message.
+-- Access step: the pool of backends that serve `model` for `endpoint`. Returns
+-- status, type, message on failure; else nil, nil, nil, nil, pool, model.
 function _M.pool(snap, endpoint, model_name)
     local model = snap.models[model_name]
     if not model then
-        return nil, 404, "not_found", "unknown model " .. model_name
+        return 404, "not_found", "unknown model " .. model_name
     end
     local pool = endpoint.native and model.pools[endpoint.native]
     if not pool then
@@ -108,9 +110,9 @@ function _M.pool(snap, endpoint, model_name)
         pool = first and model.pools[first]
     end
     if not pool then
-        return nil, 503, "backend_unavailable", "model " .. model_name .. " has no backend"
+        return 503, "backend_unavailable", "model " .. model_name .. " has no backend"
     end
-    return pool, model
+    return nil, nil, nil, nil, pool, model
 end
 
 return _M
