@@ -4,6 +4,13 @@ With TEST_DATABASE_URL set, databases are made on that server (its user needs
 CREATEDB); otherwise a throwaway private cluster is started for the session, from
 Debian's PostgreSQL binaries. Each test gets its own database, copied from a
 template migrated once to head, so no test sees another's rows.
+
+`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`): each
+worker has its own session fixtures (PostgreSQL cluster, RabbitMQ node, demo
+backends), every test module stays on one worker (its module-scoped gateway or stack
+is built once), the fleet's modules share one worker (two fleets at once would only
+compete for the two cores), and the slowest folders are handed out first so that no
+long module starts last.
 """
 from __future__ import annotations
 
@@ -19,6 +26,26 @@ from control_plane import migrate
 from control_plane.runtime import postgres
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Folders in the order their modules are handed to xdist workers: the slowest first.
+_FOLDER_ORDER = ("fleet", "e2e", "integration", "gateway", "api", "deploy", "unit")
+
+
+def _group(item: pytest.Item) -> tuple[str, str]:
+    """(folder, xdist group) of a test: its module, or the whole folder for tests/fleet."""
+    rel = Path(str(item.path)).relative_to(REPO / "tests")
+    folder = rel.parts[0] if len(rel.parts) > 1 else ""
+    return folder, ("fleet" if folder == "fleet" else rel.as_posix())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its xdist group, before xdist reads the marks (tryfirst);
+    order folders slowest first (a stable sort keeps each module's own order)."""
+    rank = {name: i for i, name in enumerate(_FOLDER_ORDER)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)[1]))
+    items.sort(key=lambda item: rank.get(_group(item)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")
