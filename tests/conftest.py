@@ -88,6 +88,15 @@ def db_url(pg_server_url, template_db):
     postgres.drop_database(pg_server_url, name)
 
 
+@pytest.fixture(scope="module")
+def module_db_url(pg_server_url, template_db):
+    """Like `db_url`, shared by a module's tests (a stack of the module's uses it)."""
+    name = f"sluice_m_{uuid.uuid4().hex[:10]}"
+    url = postgres.create_database(pg_server_url, name, template=template_db)
+    yield url
+    postgres.drop_database(pg_server_url, name)
+
+
 @pytest.fixture
 def empty_db_url(pg_server_url):
     """URL of a fresh database with no tables at all (for migration tests)."""

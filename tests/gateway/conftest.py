@@ -302,6 +302,13 @@ def _gateway_turn(request):
 
 
 @pytest.fixture
+def own_gateway(gateway_factory):
+    """A running gateway of the test's own with no snapshot yet: for modules whose tests
+    read per-backend state (circuits, queues, in-flight counts) from a fresh start."""
+    return gateway_factory()
+
+
+@pytest.fixture
 def served(gateway, default_snapshot):
     """A running gateway serving `default_snapshot`."""
     r = gateway.push(default_snapshot)

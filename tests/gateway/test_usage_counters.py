@@ -128,7 +128,8 @@ def test_pushed_tokens_fill_the_monthly_token_quota(gateway_factory, helpers, ba
     assert "token quota" in err["message"]
 
 
-def test_usage_push_without_a_snapshot_is_refused(gateway, helpers):
+def test_usage_push_without_a_snapshot_is_refused(gateway_factory, helpers):
+    gateway = gateway_factory()  # it needs one with no snapshot: a gateway of its own
     day, month = today()
     r = gateway.push_usage({"boot": gateway.usage()["boot"], "version": 1, "day": day,
                             "month": month, "usage": {}})
