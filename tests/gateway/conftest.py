@@ -227,13 +227,16 @@ class SharedGateway(Gateway):
 
     snapshot_base = 0
     weights_base = 0
-    log_offset = 0
+    log_offset = 0      # error.log: where the running test's lines start
+    access_offset = 0   # access.log: likewise (gateway_readings.access_lines)
 
     def begin_turn(self) -> None:
         if not self.alive():   # a test before took nginx down: a new one, same prefix
             self.start()
         self.snapshot_base = int(Gateway.snapshot_status(self)["version"])
         self.weights_base = int(Gateway.weights_status(self).get("version") or 0)
+        access_log = self.prefix / "logs" / "access.log"
+        self.access_offset = access_log.stat().st_size if access_log.exists() else 0
 
     @staticmethod
     def _lift(doc, base: int):

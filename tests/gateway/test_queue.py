@@ -104,7 +104,7 @@ def _order(done, skip=("holder", "critical-holder")):
 
 
 def test_waiters_are_served_by_class_in_several_workers(gateway_factory, helpers, backends):
-    gateway = gateway_factory(workers=4)
+    own_gateway = gateway_factory(workers=4)
     assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
     t = _traffic(own_gateway, backends)
     try:
@@ -238,8 +238,7 @@ def test_wait_bounds_per_class(own_gateway, helpers, backends):
                  priority="standard") >= 0.299
 
 
-def test_a_caller_that_hangs_up_leaves_the_queue(gateway_factory, helpers, backends):
-    gateway = gateway_factory()  # it counts the queue from zero: a gateway of its own
+def test_a_caller_that_hangs_up_leaves_the_queue(own_gateway, helpers, backends):
     assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
     t = _traffic(own_gateway, backends)
     try:

@@ -195,8 +195,7 @@ def test_tls_failures_open_the_circuit(own_gateway, helpers, ca, start):
     assert bad.requests_seen == 0
 
 
-def test_keepalive_connections_are_reused_per_tls_backend(gateway_factory, helpers, ca, start):
-    gateway = gateway_factory()  # it counts connections from zero: a gateway of its own
+def test_keepalive_connections_are_reused_per_tls_backend(own_gateway, helpers, ca, start):
     a = start(ca.issue("ka-a", ["localhost"]), name="ka-a")
     b = start(ca.issue("ka-b", ["localhost"]), name="ka-b")
     r = own_gateway.push(helpers.make_snapshot(1, {
@@ -215,8 +214,7 @@ def test_keepalive_connections_are_reused_per_tls_backend(gateway_factory, helpe
     assert b.connections <= 2 * own_gateway.cfg.workers
 
 
-def test_a_new_ca_is_served_after_the_reload_it_causes(gateway_factory, helpers, ca, start):
-    gateway = gateway_factory()  # it reads the trust set from a fresh start: a gateway of its own
+def test_a_new_ca_is_served_after_the_reload_it_causes(own_gateway, helpers, ca, start):
     srv = start(ca.issue("reload", ["localhost"]))
     # pushed as the controller pushes (not through Gateway.push, which syncs itself)
     snap = helpers.make_snapshot(1, {"chat-tls": (5000, [entry(1, srv, ca=ca.pem)])})
@@ -258,8 +256,7 @@ def test_timeout_falls_back_from_one_tls_backend_to_another(own_gateway, helpers
     assert fast.requests_seen == 1
 
 
-def test_a_backends_own_502_is_not_taken_for_a_tls_failure(gateway_factory, helpers, ca, start):
-    gateway = gateway_factory()  # it reads circuits from a fresh start: a gateway of its own
+def test_a_backends_own_502_is_not_taken_for_a_tls_failure(own_gateway, helpers, ca, start):
     bad = start(ca.issue("bad-name", ["wrong.example"]))
     good = start(ca.issue("answers", ["localhost"]))
     r = own_gateway.push(helpers.make_snapshot(1, {
@@ -298,9 +295,8 @@ def test_a_client_pair_that_would_not_load_is_refused_at_the_push(own_gateway, h
 
 
 @pytest.mark.parametrize("mtls", [False, True])
-def test_unconvertible_200_from_a_backend_with_its_own_ca_is_a_502(gateway_factory, helpers, ca,
+def test_unconvertible_200_from_a_backend_with_its_own_ca_is_a_502(own_gateway, helpers, ca,
                                                                     start, mtls):
-    gateway = gateway_factory()  # it reads circuits from a fresh start: a gateway of its own
     # a converted answer is fetched by a subrequest, which reaches the backend's trust
     # set through its internal twin location: the status goes out after conversion
     srv = start(ca.issue("vendor-junk", ["localhost"]), protocol="vendor-a", name="vendor-a",
