@@ -33,7 +33,8 @@ def predict(gw, key):
                          headers={"Authorization": f"Bearer {key}"}, timeout=10)
 
 
-def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway, helpers, backends):
+def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway_factory, helpers, backends):
+    gateway = gateway_factory()  # it counts usage from zero: a gateway of its own
     day, _ = today()
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)]),
                                      "predict-demo": (5000, [backends["predict-a"].entry(2)])})
@@ -65,7 +66,9 @@ def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway, helpers
     assert sums[2] > 0
 
 
-def test_boot_survives_reload_not_restart(served, helpers):
+def test_boot_survives_reload_not_restart(gateway_factory, default_snapshot, helpers):
+    served = gateway_factory()  # it restarts nginx: a gateway of its own
+    assert served.push(default_snapshot).status_code == 200
     assert helpers.chat(served).status_code == 200
     first = served.usage()
     served.reload()
