@@ -20,6 +20,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from control_plane import migrate
@@ -63,10 +64,25 @@ def pg_server_url():
     cluster.init()
     cluster.start()
     try:
+        _no_durability(cluster.url())
         yield cluster.url()
     finally:
         cluster.stop()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _no_durability(url: str) -> None:
+    """A throwaway cluster needs no crash safety: no fsync, no waiting on the WAL at
+    commit (every test database is a copy of the template, written through the WAL)."""
+    conn = psycopg2.connect(url)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                cur.execute(f"ALTER SYSTEM SET {setting} = off")
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="session")

@@ -302,7 +302,7 @@ def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(fake_gateway, db_
     assert "reload" in out and "controller stopped" in out
 
 
-def _wait(predicate, timeout=10.0):
+def _wait(predicate, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
