@@ -9,8 +9,13 @@ setup:
 run: setup
 	.venv/bin/sluice up
 
+# pytest-xdist: 4 workers on 2 cores (most tests wait on nginx, backends and timers,
+# not the CPU); each module stays on one worker and the slowest folders go first
+# (tests/conftest.py). XDIST= runs the suite in one process.
+XDIST ?= -n 4 --dist loadgroup --no-loadscope-reorder
+
 test: setup
-	.venv/bin/pytest -q $(PYTEST_ARGS)
+	.venv/bin/pytest -q $(XDIST) $(PYTEST_ARGS)
 
 bench: setup
 	.venv/bin/python bench/gateway.py

@@ -4,6 +4,13 @@ With TEST_DATABASE_URL set, databases are made on that server (its user needs
 CREATEDB); otherwise a throwaway private cluster is started for the session, from
 Debian's PostgreSQL binaries. Each test gets its own database, copied from a
 template migrated once to head, so no test sees another's rows.
+
+`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`): each
+worker has its own session fixtures (PostgreSQL cluster, RabbitMQ node, demo
+backends), every test module stays on one worker (its module-scoped gateway or stack
+is built once), the fleet's modules share one worker (two fleets at once would only
+compete for the two cores), and the slowest folders are handed out first so that no
+long module starts last.
 """
 from __future__ import annotations
 
@@ -13,12 +20,33 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from control_plane.runtime import migrate
 from control_plane.runtime import postgres
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Folders in the order their modules are handed to xdist workers: the slowest first.
+_FOLDER_ORDER = ("fleet", "e2e", "integration", "gateway", "api", "deploy", "unit")
+
+
+def _group(item: pytest.Item) -> tuple[str, str]:
+    """(folder, xdist group) of a test: its module, or the whole folder for tests/fleet."""
+    rel = Path(str(item.path)).relative_to(REPO / "tests")
+    folder = rel.parts[0] if len(rel.parts) > 1 else ""
+    return folder, ("fleet" if folder == "fleet" else rel.as_posix())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its xdist group, before xdist reads the marks (tryfirst);
+    order folders slowest first (a stable sort keeps each module's own order)."""
+    rank = {name: i for i, name in enumerate(_FOLDER_ORDER)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)[1]))
+    items.sort(key=lambda item: rank.get(_group(item)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +64,25 @@ def pg_server_url():
     cluster.init()
     cluster.start()
     try:
+        _no_durability(cluster.url())
         yield cluster.url()
     finally:
         cluster.stop()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _no_durability(url: str) -> None:
+    """A throwaway cluster needs no crash safety: no fsync, no waiting on the WAL at
+    commit (every test database is a copy of the template, written through the WAL)."""
+    conn = psycopg2.connect(url)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                cur.execute(f"ALTER SYSTEM SET {setting} = off")
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +99,15 @@ def template_db(pg_server_url):
 def db_url(pg_server_url, template_db):
     """URL of a fresh database at the Alembic head, dropped after the test."""
     name = f"sluice_t_{uuid.uuid4().hex[:10]}"
+    url = postgres.create_database(pg_server_url, name, template=template_db)
+    yield url
+    postgres.drop_database(pg_server_url, name)
+
+
+@pytest.fixture(scope="module")
+def module_db_url(pg_server_url, template_db):
+    """Like `db_url`, shared by a module's tests (a stack of the module's uses it)."""
+    name = f"sluice_m_{uuid.uuid4().hex[:10]}"
     url = postgres.create_database(pg_server_url, name, template=template_db)
     yield url
     postgres.drop_database(pg_server_url, name)

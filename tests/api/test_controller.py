@@ -76,7 +76,7 @@ class FakeGateway:
 
 
 @pytest.fixture
-def gateway():
+def fake_gateway():
     fake = FakeGateway()
     yield fake
     fake.close()
@@ -125,34 +125,34 @@ def gateway_row(engine, url) -> Gateway:
         return session.scalars(select(Gateway).where(Gateway.internal_url == url)).one()
 
 
-def test_pushes_current_version_and_records_ack(gateway, engine, controller_for):
-    controller = controller_for(gateway)
+def test_pushes_current_version_and_records_ack(fake_gateway, engine, controller_for):
+    controller = controller_for(fake_gateway)
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1]
-    assert set(gateway.pushes[0]) >= {"version", "generated_at", "models", "consumers", "keys",
+    assert [p["version"] for p in fake_gateway.pushes] == [1]
+    assert set(fake_gateway.pushes[0]) >= {"version", "generated_at", "models", "consumers", "keys",
                                      "plans", "jwt", "mappings"}
-    row = gateway_row(engine, gateway.url)
+    row = gateway_row(engine, fake_gateway.url)
     assert row.acked_version == 1 and row.last_error is None and row.last_push_at
-    assert row.name == gateway.url.removeprefix("http://")
+    assert row.name == fake_gateway.url.removeprefix("http://")
 
     controller.tick()
-    assert len(gateway.pushes) == 1  # nothing changed, nothing pushed
+    assert len(fake_gateway.pushes) == 1  # nothing changed, nothing pushed
 
     with Session(engine) as session:
         MODELS.create(session, {"name": "chat-demo"})
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1, 2]
-    assert list(gateway.pushes[1]["models"]) == ["chat-demo"]
-    assert gateway_row(engine, gateway.url).acked_version == 2
+    assert [p["version"] for p in fake_gateway.pushes] == [1, 2]
+    assert list(fake_gateway.pushes[1]["models"]) == ["chat-demo"]
+    assert gateway_row(engine, fake_gateway.url).acked_version == 2
 
 
-def test_gateways_registered_through_the_api_table_get_pushes(gateway, engine,
+def test_gateways_registered_through_the_api_table_get_pushes(fake_gateway, engine,
                                                               controller_for):
     with Session(engine) as session:
-        GATEWAYS.create(session, {"name": "edge-1", "internal_url": gateway.url})
+        GATEWAYS.create(session, {"name": "edge-1", "internal_url": fake_gateway.url})
     controller_for().tick()
-    assert len(gateway.pushes) == 1
-    assert gateway_row(engine, gateway.url).name == "edge-1"
+    assert len(fake_gateway.pushes) == 1
+    assert gateway_row(engine, fake_gateway.url).name == "edge-1"
 
 
 def test_snapshot_is_built_once_per_version(engine, controller_for):
@@ -166,10 +166,10 @@ def test_snapshot_is_built_once_per_version(engine, controller_for):
             g.close()
 
 
-def test_failure_sets_last_error_and_backs_off(gateway, engine, controller_for):
+def test_failure_sets_last_error_and_backs_off(fake_gateway, engine, controller_for):
     clock = Clock()
-    controller = controller_for(gateway, clock=clock)
-    gateway.status = 503
+    controller = controller_for(fake_gateway, clock=clock)
+    fake_gateway.status = 503
     hits = []
     original = controller._push_one
 
@@ -184,20 +184,20 @@ def test_failure_sets_last_error_and_backs_off(gateway, engine, controller_for):
     # delays 0.5, 1, 2 after each failure: attempts at 0, 0.5, 1.5, 3.5
     assert hits == [0, 0.5, 1.5, 3.5]
 
-    row = gateway_row(engine, gateway.url)
+    row = gateway_row(engine, fake_gateway.url)
     assert row.acked_version is None
     assert "HTTP 503" in row.last_error and "gateway says no" in row.last_error
 
-    gateway.status = 200
+    fake_gateway.status = 200
     clock.now += 8  # next delay was 4 s
     controller.tick()
-    row = gateway_row(engine, gateway.url)
+    row = gateway_row(engine, fake_gateway.url)
     assert (row.acked_version, row.last_error) == (1, None)
 
     # success reset the backoff: the next failure waits 0.5 s again
     with Session(engine) as session:
         MODELS.create(session, {"name": "m"})
-    gateway.status = 500
+    fake_gateway.status = 500
     controller.tick()
     clock.now += 0.5
     controller.tick()
@@ -221,49 +221,49 @@ def test_unreachable_gateway(engine, controller_for):
     assert "ConnectionError" in row.last_error
 
 
-def test_wrong_ack_is_an_error(gateway, engine, controller_for):
-    gateway.ack = 99
-    controller_for(gateway).tick()
-    row = gateway_row(engine, gateway.url)
+def test_wrong_ack_is_an_error(fake_gateway, engine, controller_for):
+    fake_gateway.ack = 99
+    controller_for(fake_gateway).tick()
+    row = gateway_row(engine, fake_gateway.url)
     assert row.last_error == "gateway acknowledged version 99, expected 1"
 
 
-def test_wrong_token_is_an_error(gateway, engine, db_url):
+def test_wrong_token_is_an_error(fake_gateway, engine, db_url):
     controller = Controller(load_settings({"DATABASE_URL": db_url,
-                                           "SLUICE_GATEWAYS": gateway.url,
+                                           "SLUICE_GATEWAYS": fake_gateway.url,
                                            "SLUICE_GATEWAY_TOKEN": "nope"}))
     try:
         controller.tick()
     finally:
         controller.close()
-    assert "HTTP 403" in gateway_row(engine, gateway.url).last_error
+    assert "HTTP 403" in gateway_row(engine, fake_gateway.url).last_error
 
 
-def test_reload_rereads_config_file_and_repushes(gateway, engine, db_url, tmp_path,
+def test_reload_rereads_config_file_and_repushes(fake_gateway, engine, db_url, tmp_path,
                                                  controller_for):
     config = tmp_path / "sluice.env"
-    config.write_text(f"SLUICE_GATEWAYS={gateway.url}\n")
+    config.write_text(f"SLUICE_GATEWAYS={fake_gateway.url}\n")
     env = {"DATABASE_URL": db_url, "SLUICE_GATEWAY_TOKEN": GATEWAY_TOKEN,
            "SLUICE_CONFIG": str(config)}
-    controller = controller_for(gateway, loader=lambda: load_settings(env))
+    controller = controller_for(fake_gateway, loader=lambda: load_settings(env))
     controller.tick()
     controller.tick()
-    assert len(gateway.pushes) == 1
+    assert len(fake_gateway.pushes) == 1
 
     second = FakeGateway()
     try:
-        config.write_text(f"SLUICE_GATEWAYS={gateway.url},{second.url}\n")
+        config.write_text(f"SLUICE_GATEWAYS={fake_gateway.url},{second.url}\n")
         controller.reload()
         controller.tick()
-        assert [p["version"] for p in gateway.pushes] == [1, 1]  # re-pushed
+        assert [p["version"] for p in fake_gateway.pushes] == [1, 1]  # re-pushed
         assert [p["version"] for p in second.pushes] == [1]      # new from the file
         controller.tick()
-        assert len(gateway.pushes) == 2 and len(second.pushes) == 1
+        assert len(fake_gateway.pushes) == 2 and len(second.pushes) == 1
     finally:
         second.close()
 
 
-def test_gateway_url_change_resets_ack(gateway, engine, controller_for):
+def test_gateway_url_change_resets_ack(fake_gateway, engine, controller_for):
     with Session(engine) as session:
         gw_id = GATEWAYS.create(session, {"name": "edge",
                                           "internal_url": "http://127.0.0.1:1"}).id
@@ -271,15 +271,15 @@ def test_gateway_url_change_resets_ack(gateway, engine, controller_for):
     controller.tick()
     assert gateway_row(engine, "http://127.0.0.1:1").last_error
     with Session(engine) as session:
-        GATEWAYS.update(session, gw_id, {"internal_url": gateway.url})
-    assert gateway_row(engine, gateway.url).last_error is None
+        GATEWAYS.update(session, gw_id, {"internal_url": fake_gateway.url})
+    assert gateway_row(engine, fake_gateway.url).last_error is None
     controller._backoff.clear()
     controller.tick()
-    assert gateway_row(engine, gateway.url).acked_version == 1
+    assert gateway_row(engine, fake_gateway.url).acked_version == 1
 
 
-def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(gateway, db_url, tmp_path):
-    env = {**os.environ, "DATABASE_URL": db_url, "SLUICE_GATEWAYS": gateway.url,
+def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(fake_gateway, db_url, tmp_path):
+    env = {**os.environ, "DATABASE_URL": db_url, "SLUICE_GATEWAYS": fake_gateway.url,
            "SLUICE_GATEWAY_TOKEN": GATEWAY_TOKEN, "SLUICE_CONTROLLER_INTERVAL": "0.05"}
     code = ("import sys; from control_plane import settings;"
             "from control_plane.controller import process;"
@@ -287,9 +287,9 @@ def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(gateway, db_url, 
     proc = subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait(lambda: len(gateway.pushes) == 1)
+        _wait(lambda: len(fake_gateway.pushes) == 1)
         proc.send_signal(signal.SIGHUP)
-        _wait(lambda: len(gateway.pushes) == 2)
+        _wait(lambda: len(fake_gateway.pushes) == 2)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
     finally:
@@ -298,27 +298,27 @@ def test_process_pushes_reloads_on_sighup_and_exits_on_sigterm(gateway, db_url, 
             proc.wait()
     assert proc.returncode == 0, out
     assert out.count("outcome=ok") == 2
-    assert f"url={gateway.url} version=1 outcome=ok" in out
+    assert f"url={fake_gateway.url} version=1 outcome=ok" in out
     assert "reload" in out and "controller stopped" in out
 
 
-def _wait(predicate, timeout=10.0):
+def _wait(predicate, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
 
 
-def test_a_restarted_controller_repushes_its_settings(gateway, engine, controller_for):
-    controller_for(gateway).tick()
-    assert gateway_row(engine, gateway.url).acked_version == 1
+def test_a_restarted_controller_repushes_its_settings(fake_gateway, engine, controller_for):
+    controller_for(fake_gateway).tick()
+    assert gateway_row(engine, fake_gateway.url).acked_version == 1
     # same config version, new settings: the new process pushes them once
-    controller = controller_for(gateway, SLUICE_BREAKER_MIN_REQUESTS="4")
+    controller = controller_for(fake_gateway, SLUICE_BREAKER_MIN_REQUESTS="4")
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1, 1]
-    assert gateway.pushes[1]["breaker"]["min_requests"] == 4
+    assert [p["version"] for p in fake_gateway.pushes] == [1, 1]
+    assert fake_gateway.pushes[1]["breaker"]["min_requests"] == 4
     controller.tick()
-    assert len(gateway.pushes) == 2
+    assert len(fake_gateway.pushes) == 2
 
 
 class SilentBackend:
@@ -345,7 +345,7 @@ class SilentBackend:
         self.sock.close()
 
 
-def test_a_hung_backend_holds_no_tick(gateway, engine, controller_for):
+def test_a_hung_backend_holds_no_tick(fake_gateway, engine, controller_for):
     hung = SilentBackend()
     try:
         with Session(engine) as session:
@@ -353,18 +353,18 @@ def test_a_hung_backend_holds_no_tick(gateway, engine, controller_for):
             backend = BACKENDS.create(session, {"name": "hung", "model_id": model.id,
                                                 "url": hung.url, "protocol": "openai"})
             bid = backend.id
-        controller = controller_for(gateway, SLUICE_HEALTH_TIMEOUT="60")
+        controller = controller_for(fake_gateway, SLUICE_HEALTH_TIMEOUT="60")
         controller.tick()   # pushes the snapshot, starts a probe round and returns
-        assert len(gateway.pushes) == 1
+        assert len(fake_gateway.pushes) == 1
         assert hung.accepted.wait(10), "the health probe never reached the backend"
         # the tick came back while the probe still waits for an answer
         assert controller.health.probing
         with Session(engine) as session:
             MODELS.create(session, {"name": "other"})
         controller.tick()   # and the next tick pushes the next version meanwhile
-        assert len(gateway.pushes) == 2
-        assert gateway.pushes[1]["version"] > gateway.pushes[0]["version"]
-        assert controller.health.probing and gateway.health == []
+        assert len(fake_gateway.pushes) == 2
+        assert fake_gateway.pushes[1]["version"] > fake_gateway.pushes[0]["version"]
+        assert controller.health.probing and fake_gateway.health == []
     finally:
         hung.release()      # the backend hangs up: the probe ends, unreachable
 
@@ -373,7 +373,7 @@ def test_a_hung_backend_holds_no_tick(gateway, engine, controller_for):
         assert time.monotonic() < deadline, "the probe round did not end"
         time.sleep(0.05)
     controller.tick()       # pushes the finished round
-    assert [h["backends"] for h in gateway.health] == [{str(bid): {"state": "unreachable"}}]
+    assert [h["backends"] for h in fake_gateway.health] == [{str(bid): {"state": "unreachable"}}]
     with Session(engine) as session:
         assert session.get(BackendHealth, bid).state == "unreachable"
 
@@ -394,31 +394,31 @@ def _silence(engine, name, seconds):
             last_seen_at=func.now() - timedelta(seconds=seconds)))
 
 
-def test_live_members_are_pushed_to_and_stale_ones_are_not(gateway, engine, controller_for):
-    _join(engine, "edge-1", gateway.url)
+def test_live_members_are_pushed_to_and_stale_ones_are_not(fake_gateway, engine, controller_for):
+    _join(engine, "edge-1", fake_gateway.url)
     controller = controller_for()          # no SLUICE_GATEWAYS: members only
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1]
-    assert gateway_row(engine, gateway.url).acked_version == 1
+    assert [p["version"] for p in fake_gateway.pushes] == [1]
+    assert gateway_row(engine, fake_gateway.url).acked_version == 1
 
     _silence(engine, "edge-1", 60)         # missed its heartbeats: stale
     with Session(engine) as session:
         MODELS.create(session, {"name": "m"})
     controller.tick()
-    assert len(gateway.pushes) == 1 and gateway.health == []
+    assert len(fake_gateway.pushes) == 1 and fake_gateway.health == []
 
-    _join(engine, "edge-1", gateway.url)   # back, same boot: catches up
+    _join(engine, "edge-1", fake_gateway.url)   # back, same boot: catches up
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1, 2]
+    assert [p["version"] for p in fake_gateway.pushes] == [1, 2]
 
 
-def test_a_member_that_restarted_gets_the_snapshot_again_at_once(gateway, engine,
+def test_a_member_that_restarted_gets_the_snapshot_again_at_once(fake_gateway, engine,
                                                                  controller_for):
-    _join(engine, "edge-1", gateway.url)
+    _join(engine, "edge-1", fake_gateway.url)
     controller = controller_for()
     controller.tick()
     controller.tick()
-    assert len(gateway.pushes) == 1
-    _join(engine, "edge-1", gateway.url, boot="b2")   # a new nginx start
+    assert len(fake_gateway.pushes) == 1
+    _join(engine, "edge-1", fake_gateway.url, boot="b2")   # a new nginx start
     controller.tick()
-    assert [p["version"] for p in gateway.pushes] == [1, 1]
+    assert [p["version"] for p in fake_gateway.pushes] == [1, 1]

@@ -3,6 +3,7 @@ backends (subprocesses), snapshots pushed straight to the internal listener."""
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import shutil
 import sys
@@ -157,7 +158,9 @@ def _config(prefix: Path, **over) -> GatewayConfig:
 
 @pytest.fixture
 def gateway_factory(prefix):
-    """Build and start gateways; everything started is stopped at teardown."""
+    """Build and start gateways of their own (a config of the test's, a test that
+    stops or kills nginx, or one that reads counters from a fresh start); everything
+    started is stopped at teardown."""
     started: list[Gateway] = []
 
     def make(cfg: GatewayConfig | None = None, **over) -> Gateway:
@@ -174,13 +177,26 @@ def gateway_factory(prefix):
     yield make
     for gw in started:
         gw.stop()
-    # A Lua runtime error is a bug even when the response looked right.
     for gw in started:
-        log = gw.error_log.read_text(errors="replace") if gw.error_log.exists() else ""
-        bad = [line for line in log.splitlines()
-               if any(s in line for s in ("runtime error", "[alert]", "[emerg]", "[crit]"))
-               and not _peer_tls_alert(line)]
-        assert not bad, "\n".join(bad)
+        assert_no_lua_errors(gw.error_log)
+
+
+def assert_no_lua_errors(error_log: Path, offset: int = 0, gw=None) -> None:
+    """A Lua runtime error is a bug even when the response looked right: fail on one
+    in `error_log` past byte `offset`. With `gw`, its `log_offset` moves to the end of
+    what was read first, so the next check reads none of these lines again."""
+    try:
+        with open(error_log, "rb") as f:
+            f.seek(offset)
+            text = f.read()
+    except FileNotFoundError:
+        text = b""
+    if gw is not None:
+        gw.log_offset = offset + len(text)
+    bad = [line for line in text.decode(errors="replace").splitlines()
+           if any(s in line for s in ("runtime error", "[alert]", "[emerg]", "[crit]"))
+           and not _peer_tls_alert(line)]
+    assert not bad, "\n".join(bad)
 
 
 def _peer_tls_alert(line: str) -> bool:
@@ -203,9 +219,97 @@ def redis_server():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class SharedGateway(Gateway):
+    """One nginx for every test of a module, each test in a turn of its own
+    (`begin_turn`): the snapshot and weight versions a test pushes and reads count from
+    what the gateway served when its turn began, so every test pushes version 1, 2, …
+    as on a fresh gateway, and a newer version replaces the last test's tables whole.
+    Counters kept per backend, key or consumer id (stats, breakers, rate limits, usage)
+    do carry over: a test that reads them from zero uses `gateway_factory`."""
+
+    snapshot_base = 0
+    weights_base = 0
+    log_offset = 0      # error.log: where the running test's lines start
+    access_offset = 0   # access.log: likewise (gateway_readings.access_lines)
+
+    def begin_turn(self) -> None:
+        if not self.alive():   # a test before took nginx down: a new one, same prefix
+            self.start()
+        self.snapshot_base = int(Gateway.snapshot_status(self)["version"])
+        self.weights_base = int(Gateway.weights_status(self).get("version") or 0)
+        access_log = self.prefix / "logs" / "access.log"
+        self.access_offset = access_log.stat().st_size if access_log.exists() else 0
+
+    @staticmethod
+    def _lift(doc, base: int):
+        """`doc` with its version moved by `base` (an invalid version is left as sent)."""
+        v = doc.get("version") if isinstance(doc, dict) else None
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+            return {**doc, "version": v + base}
+        return doc
+
+    @staticmethod
+    def _lower(doc: dict, base: int) -> dict:
+        v = doc.get("version")
+        if isinstance(v, int) and v >= base:
+            doc["version"] = v - base
+        return doc
+
+    def _lowered(self, r: requests.Response, base: int) -> requests.Response:
+        if r.status_code == 200:
+            r._content = json.dumps(self._lower(r.json(), base)).encode()
+        return r
+
+    def push(self, snapshot: dict) -> requests.Response:
+        return self._lowered(super().push(self._lift(snapshot, self.snapshot_base)),
+                             self.snapshot_base)
+
+    def snapshot_status(self) -> dict:
+        return self._lower(super().snapshot_status(), self.snapshot_base)
+
+    def push_weights(self, table: dict) -> requests.Response:
+        return self._lowered(super().push_weights(self._lift(table, self.weights_base)),
+                             self.weights_base)
+
+    def weights_status(self) -> dict:
+        return self._lower(super().weights_status(), self.weights_base)
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    """A running gateway shared by the module's tests (SharedGateway); each test starts
+    its turn with no snapshot version of its own yet."""
+    top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
+    top.chmod(0o755)
+    gw = SharedGateway(_config(top))
+    try:
+        gw.start(log_to=top / "nginx.out")
+        yield gw
+        gw.stop()
+        assert_no_lua_errors(gw.error_log, gw.log_offset)
+    finally:
+        gw.stop()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _gateway_turn(request):
+    """Each test's turn on the module's gateway; the Lua-error check reads only the
+    error-log lines written during the test, so a broken test fails alone."""
+    if "gateway" not in request.fixturenames:
+        yield
+        return
+    gw = request.getfixturevalue("gateway")
+    gw.begin_turn()
+    gw.log_offset = gw.error_log.stat().st_size if gw.error_log.exists() else 0
+    yield
+    assert_no_lua_errors(gw.error_log, gw.log_offset, gw)
+
+
 @pytest.fixture
-def gateway(gateway_factory):
-    """A running gateway with no snapshot yet."""
+def own_gateway(gateway_factory):
+    """A running gateway of the test's own with no snapshot yet: for modules whose tests
+    read per-backend state (circuits, queues, in-flight counts) from a fresh start."""
     return gateway_factory()
 
 

@@ -32,11 +32,17 @@ def value(samples: dict, name: str, **labels) -> float:
 
 def access_lines(gw, expected: int, timeout: float = 10.0) -> list[dict]:
     """The JSON lines of logs/access.log once `expected` of them are there (the log
-    is buffered: flush=1s)."""
+    is buffered: flush=1s); on a module's shared gateway, those written since the
+    test's turn began (SharedGateway.access_offset)."""
     path = gw.prefix / "logs" / "access.log"
+    offset = getattr(gw, "access_offset", 0)
     deadline = time.monotonic() + timeout
     while True:
-        text = path.read_text() if path.exists() else ""
+        text = ""
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode()
         lines = [json.loads(line) for line in text.splitlines()]
         if len(lines) >= expected or time.monotonic() > deadline:
             return lines

@@ -11,8 +11,8 @@ from gateway_readings import access_lines, scrape, value
 ALICE, BOB = "sk-test-cache-alice-0123456789", "sk-test-cache-bob-0123456789"
 
 
-@pytest.fixture
-def cache_gw(gateway, helpers, backends):
+def serve_cache_models(gateway, helpers, backends):
+    """Push the cache tests' models and consumers to `gateway`; return it."""
     def model(backend, i, ttl=300, shared=False):
         return (5000, [backends[backend].entry(i)]), {"cache_ttl_s": ttl, "cache_shared": shared}
 
@@ -32,6 +32,11 @@ def cache_gw(gateway, helpers, backends):
     r = gateway.push(snap)
     assert r.status_code == 200, r.text
     return gateway
+
+
+@pytest.fixture
+def cache_gw(gateway, helpers, backends):
+    return serve_cache_models(gateway, helpers, backends)
 
 
 def predict(gw, model, instances, key=ALICE, headers=None, raw=None):
@@ -117,7 +122,9 @@ def test_converted_answers_are_cached_and_keep_the_callers_request_id(cache_gw):
     assert second.json()["outputs"] == first.json()["outputs"]
 
 
-def test_cache_outcomes_reach_metrics_and_the_access_log(cache_gw):
+def test_cache_outcomes_reach_metrics_and_the_access_log(gateway_factory, helpers, backends):
+    # it reads the metrics and the access log whole: a gateway of its own
+    cache_gw = serve_cache_models(gateway_factory(), helpers, backends)
     tag = uuid.uuid4().hex
     outcomes = [status(predict(cache_gw, "kv1", [tag])),
                 status(predict(cache_gw, "kv1", [tag])),

@@ -12,7 +12,8 @@ def _contexts_held(gw) -> list[float] | None:
     return [s.value for s in samples] if len(samples) == gw.cfg.workers else None
 
 
-def test_every_outcome_frees_its_context(gateway, helpers, backends, dead_port):
+def test_every_outcome_frees_its_context(gateway_factory, helpers, backends, dead_port):
+    gateway = gateway_factory()  # it counts contexts from zero: a gateway of its own
     snap = helpers.make_snapshot(1, {
         "chat-demo": (2000, [backends["openai-a"].entry(1)]),
         "dead-demo": (2000, [backends["openai-a"].entry(2, port=dead_port)]),

@@ -158,8 +158,9 @@ def test_openai_client_sees_a_server_error(converting, helpers):
 
 
 @pytest.fixture
-def falling_back(gateway, helpers, backends):
-    """`direct` (OpenAI to openai-a, proxied as it comes) and `relayed` (OpenAI to
+def falling_back(gateway_factory, helpers, backends):
+    """On a gateway of its own (its test reads the access log and the stats whole):
+    `direct` (OpenAI to openai-a, proxied as it comes) and `relayed` (OpenAI to
     predict-a, converted whole) time out on a slow answer and fall back to `conv`
     (the test's KServe v1 backend, converted whole)."""
     with backend(_Predict) as b:
@@ -168,6 +169,7 @@ def falling_back(gateway, helpers, backends):
                                          "relayed": (300, [backends["predict-a"].entry(3)])})
         snap["models"]["direct"]["fallback_model"] = "conv"
         snap["models"]["relayed"]["fallback_model"] = "conv"
+        gateway = gateway_factory()
         assert gateway.push(snap).status_code == 200
         yield gateway
 

@@ -36,6 +36,7 @@ def test_openai_backend_error_in_template(served, helpers, injected, openai_type
 def test_backend_error_body_kept_in_log(served, helpers):
     r = helpers.chat(served, headers={"X-Demo-Status": "400"})
     rid = r.headers["X-Request-Id"]
+    logged(served, rid)   # flushed
     [line] = [l for l in access_lines(served, 1) if l["request_id"] == rid]
     assert line["status"] == "400"
     assert line["error_type"] == "invalid_request_error"

@@ -86,88 +86,88 @@ def wait_for(check, timeout=3.0):
         time.sleep(0.02)
 
 
-def _circuit(gateway, id):
-    return gateway.stats()["backends"][str(id)]["circuit"]
+def _circuit(own_gateway, id):
+    return own_gateway.stats()["backends"][str(id)]["circuit"]
 
 
-def _serve(gateway, helpers, pool, **extra):
+def _serve(own_gateway, helpers, pool, **extra):
     snap = helpers.make_snapshot(1, {"chat-demo": (3000, pool)})
     snap.update(extra)
-    r = gateway.push(snap)
+    r = own_gateway.push(snap)
     assert r.status_code == 200, r.text
 
 
-def test_5xx_is_retried_on_another_backend(gateway, helpers, backends, flaky):
-    _serve(gateway, helpers, [_entry(flaky, 1), backends["openai-a"].entry(2)],
+def test_5xx_is_retried_on_another_backend(own_gateway, helpers, backends, flaky):
+    _serve(own_gateway, helpers, [_entry(flaky, 1), backends["openai-a"].entry(2)],
            breaker={"min_requests": 1000})        # keep the breaker out of this test
     for _ in range(10):
-        r = helpers.chat(gateway)
+        r = helpers.chat(own_gateway)
         assert r.status_code == 200, r.text
         assert r.headers["X-Demo-Backend"] == "openai-a"
     assert flaky.hits >= 4    # half the first picks went there, and were retried
-    st = wait_for(lambda: (s := gateway.stats()["backends"])["2"]["successes"] == 10 and s)
+    st = wait_for(lambda: (s := own_gateway.stats()["backends"])["2"]["successes"] == 10 and s)
     assert st["1"]["failures"] == flaky.hits and st["2"]["successes"] == 10
 
 
-def test_retries_are_bounded(gateway, helpers, flaky):
+def test_retries_are_bounded(own_gateway, helpers, flaky):
     pool = [_entry(flaky, i) for i in range(1, 6)]   # five backends, all failing
-    _serve(gateway, helpers, pool, breaker={"min_requests": 1000})
-    helpers.assert_error(helpers.chat(gateway), 502, "backend_error")
+    _serve(own_gateway, helpers, pool, breaker={"min_requests": 1000})
+    helpers.assert_error(helpers.chat(own_gateway), 502, "backend_error")
     assert flaky.hits == 3   # the first try and two retries
 
 
-def test_no_retry_once_a_stream_started(gateway, helpers, backends, flaky):
+def test_no_retry_once_a_stream_started(own_gateway, helpers, backends, flaky):
     flaky.mode = "stream-then-die"
-    _serve(gateway, helpers, [_entry(flaky, 1, weight=1000), backends["openai-a"].entry(2,
+    _serve(own_gateway, helpers, [_entry(flaky, 1, weight=1000), backends["openai-a"].entry(2,
                                                                                      weight=1)],
            breaker={"min_requests": 1000})
     try:
-        r = helpers.chat(gateway, stream=True)
+        r = helpers.chat(own_gateway, stream=True)
         text = r.text
     except requests.RequestException:
         text = None     # the caller sees the stream break, as it did
     else:
         assert r.headers["X-Demo-Backend"] == "flaky" and "half" in text
     assert flaky.hits == 1
-    assert gateway.stats()["backends"]["2"]["successes"] == 0   # no second backend
+    assert own_gateway.stats()["backends"]["2"]["successes"] == 0   # no second backend
 
 
-def test_breaker_opens_probes_and_closes(gateway, helpers, backends, flaky):
-    _serve(gateway, helpers, [_entry(flaky, 1), backends["openai-a"].entry(2)],
+def test_breaker_opens_probes_and_closes(own_gateway, helpers, backends, flaky):
+    _serve(own_gateway, helpers, [_entry(flaky, 1), backends["openai-a"].entry(2)],
            breaker=FAST_BREAKER)
     for _ in range(12):
-        assert helpers.chat(gateway).status_code == 200     # retries hide the failures
-    assert wait_for(lambda: _circuit(gateway, 1) == "open")
+        assert helpers.chat(own_gateway).status_code == 200     # retries hide the failures
+    assert wait_for(lambda: _circuit(own_gateway, 1) == "open")
     hits = flaky.hits
     assert 4 <= hits <= 8
     # open: no traffic reaches it (the cooldown is 1 s, so stay well inside it)
     for _ in range(3):
-        assert helpers.chat(gateway).headers["X-Demo-Backend"] == "openai-a"
+        assert helpers.chat(own_gateway).headers["X-Demo-Backend"] == "openai-a"
     assert flaky.hits == hits
 
     flaky.mode = "ok"          # the backend recovers
     time.sleep(1.2)           # cooldown over: half-open, one probe at a time
-    seen = Counter(helpers.chat(gateway).headers["X-Demo-Backend"] for _ in range(10))
+    seen = Counter(helpers.chat(own_gateway).headers["X-Demo-Backend"] for _ in range(10))
     assert seen["flaky"] >= 1, seen
-    assert wait_for(lambda: _circuit(gateway, 1) == "closed")
+    assert wait_for(lambda: _circuit(own_gateway, 1) == "closed")
 
 
-def test_every_circuit_open_is_503_with_retry_after(gateway, helpers, flaky):
-    _serve(gateway, helpers, [_entry(flaky, 1)], breaker={**FAST_BREAKER, "cooldown_s": 30})
+def test_every_circuit_open_is_503_with_retry_after(own_gateway, helpers, flaky):
+    _serve(own_gateway, helpers, [_entry(flaky, 1)], breaker={**FAST_BREAKER, "cooldown_s": 30})
     for _ in range(4):
-        helpers.assert_error(helpers.chat(gateway), 502, "backend_error")
-    assert wait_for(lambda: _circuit(gateway, 1) == "open")
-    r = helpers.chat(gateway)
+        helpers.assert_error(helpers.chat(own_gateway), 502, "backend_error")
+    assert wait_for(lambda: _circuit(own_gateway, 1) == "open")
+    r = helpers.chat(own_gateway)
     err = helpers.assert_error(r, 503, "backend_unavailable")
     assert "open circuit" in err["message"]
     assert 1 <= err["retry_after"] <= 30 and r.headers["Retry-After"] == str(err["retry_after"])
     assert flaky.hits == 4
 
 
-def test_invalid_breaker_settings_refused(gateway, helpers, backends):
+def test_invalid_breaker_settings_refused(own_gateway, helpers, backends):
     snap = helpers.make_snapshot(1, {"chat-demo": (3000, [backends["openai-a"].entry(1)])})
     for bad in ({"window_s": -1}, {"error_threshold": 2}, {"nope": 1}, [1]):
-        r = gateway.push({**snap, "breaker": bad})
+        r = own_gateway.push({**snap, "breaker": bad})
         helpers.assert_error(r, 400, "invalid_request")
 
 
@@ -179,20 +179,20 @@ def _start_demo(name, port, log_dir):
     return proc
 
 
-def test_backend_killed_under_load(gateway, helpers, backends, prefix):
+def test_backend_killed_under_load(own_gateway, helpers, backends, prefix):
     """Bounded errors while it dies, the breaker opens, traffic moves to the
     survivor; back up, a probe closes the circuit again."""
     port = procs.free_port()
     victim = _start_demo("victim", port, prefix)
     try:
         entry = backends["openai-a"].entry(1, port=port, name="victim")
-        _serve(gateway, helpers, [entry, backends["openai-b"].entry(2)],
+        _serve(own_gateway, helpers, [entry, backends["openai-b"].entry(2)],
                breaker=FAST_BREAKER)
         results: list = []
 
         def call(i):
             try:
-                r = helpers.chat(gateway)
+                r = helpers.chat(own_gateway)
                 results.append((i, r.status_code, r.headers.get("X-Demo-Backend")))
             except requests.RequestException as exc:
                 results.append((i, repr(exc), None))
@@ -211,12 +211,12 @@ def test_backend_killed_under_load(gateway, helpers, backends, prefix):
         # sent well after the kill (past the 4 that may still be in flight with it)
         after = [r for r in results if r[0] >= 1010]
         assert after and all(r[2] == "openai-b" for r in after), after
-        assert _circuit(gateway, 1) in ("open", "half_open")
+        assert _circuit(own_gateway, 1) in ("open", "half_open")
 
         victim = _start_demo("victim", port, prefix)   # back up on the same port
         time.sleep(1.2)
-        seen = Counter(helpers.chat(gateway).headers["X-Demo-Backend"] for _ in range(10))
+        seen = Counter(helpers.chat(own_gateway).headers["X-Demo-Backend"] for _ in range(10))
         assert seen["victim"] >= 1, seen
-        assert wait_for(lambda: _circuit(gateway, 1) == "closed")
+        assert wait_for(lambda: _circuit(own_gateway, 1) == "closed")
     finally:
         procs.stop(victim)

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import requests
+
+
+@pytest.fixture
+def served(gateway_factory, default_snapshot):
+    """A gateway of its own serving `default_snapshot`: these tests read the readiness
+    table and its versions from a fresh start."""
+    gw = gateway_factory()
+    assert gw.push(default_snapshot).status_code == 200
+    return gw
 
 
 def push_health(gw, backends, version=1, ttl_s=None):
@@ -37,7 +47,8 @@ def test_all_loading_is_503_model_loading(served, helpers):
     assert helpers.chat(served).status_code == 200
 
 
-def test_loading_backend_is_skipped_while_another_is_ready(gateway, helpers, backends):
+def test_loading_backend_is_skipped_while_another_is_ready(gateway_factory, helpers, backends):
+    gateway = gateway_factory()
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1),
                                                           backends["openai-b"].entry(2)])})
     assert gateway.push(snap).status_code == 200

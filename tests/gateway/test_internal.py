@@ -19,11 +19,13 @@ def _status(gw):
     return r.json()
 
 
-def test_fresh_gateway_serves_nothing(gateway):
+def test_fresh_gateway_serves_nothing(gateway_factory):
+    gateway = gateway_factory()  # it needs one never pushed to: a gateway of its own
     assert _status(gateway) == {"version": 0, "loaded_at": None, "source": "none"}
 
 
-def test_push_is_served_and_reported(gateway, default_snapshot, helpers):
+def test_push_is_served_and_reported(gateway_factory, default_snapshot, helpers):
+    gateway = gateway_factory()  # it reads the raw status: a gateway of its own
     r = gateway.push(default_snapshot)
     assert r.status_code == 200
     assert r.json() == {"version": 1}

@@ -5,39 +5,48 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import requests
 from gateway_readings import access_lines, scrape, value
 
 
-def test_metrics_need_the_token(gateway, helpers):
-    r = requests.get(gateway.internal_url + "/metrics", timeout=5)
+@pytest.fixture
+def served(own_gateway, default_snapshot):
+    """A gateway of its own serving `default_snapshot`: these tests count metrics and
+    access-log lines from a fresh start."""
+    assert own_gateway.push(default_snapshot).status_code == 200
+    return own_gateway
+
+
+def test_metrics_need_the_token(own_gateway, helpers):
+    r = requests.get(own_gateway.internal_url + "/metrics", timeout=5)
     helpers.assert_error(r, 401, "unauthorized")
-    r = requests.get(gateway.internal_url + "/metrics", timeout=5,
+    r = requests.get(own_gateway.internal_url + "/metrics", timeout=5,
                      headers={"Authorization": "Bearer wrong-token-wrong-token"})
     helpers.assert_error(r, 403, "forbidden")
-    r = requests.post(gateway.internal_url + "/metrics", timeout=5,
-                      headers={"Authorization": f"Bearer {gateway.cfg.token}"})
+    r = requests.post(own_gateway.internal_url + "/metrics", timeout=5,
+                      headers={"Authorization": f"Bearer {own_gateway.cfg.token}"})
     helpers.assert_error(r, 405, "method_not_allowed")
 
 
-def test_requests_latency_and_snapshot_metrics(gateway, backends, helpers, dead_port):
+def test_requests_latency_and_snapshot_metrics(own_gateway, backends, helpers, dead_port):
     snap = helpers.make_snapshot(7, {
         "chat-demo": (5000, [backends["openai-a"].entry(1)]),
         "dead-demo": (5000, [{**backends["openai-b"].entry(2, name="dead-b"),
                               "port": dead_port}]),
     })
-    assert gateway.push(snap).status_code == 200
-    empty = scrape(gateway)
+    assert own_gateway.push(snap).status_code == 200
+    empty = scrape(own_gateway)
     assert value(empty, "sluice_snapshot_version") == 7
     assert 0 <= value(empty, "sluice_snapshot_age_seconds") < 60
 
     for _ in range(5):
-        assert helpers.chat(gateway).status_code == 200
-    helpers.assert_error(helpers.chat(gateway, key="sk-wrong-0123456789"), 403, "forbidden")
-    helpers.assert_error(helpers.chat(gateway, model="no-such-model-x1"), 404, "not_found")
-    helpers.assert_error(helpers.chat(gateway, model="dead-demo"), 502, "backend_error")
+        assert helpers.chat(own_gateway).status_code == 200
+    helpers.assert_error(helpers.chat(own_gateway, key="sk-wrong-0123456789"), 403, "forbidden")
+    helpers.assert_error(helpers.chat(own_gateway, model="no-such-model-x1"), 404, "not_found")
+    helpers.assert_error(helpers.chat(own_gateway, model="dead-demo"), 502, "backend_error")
 
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     ok = dict(model="chat-demo", backend="openai-a", plan="none")
     assert value(m, "sluice_requests_total", status="200", **ok) == 5
     assert value(m, "sluice_requests_total", status="403", model="", backend="") == 1
@@ -95,7 +104,9 @@ def test_one_json_line_per_request_without_secrets(served, helpers):
         assert secret not in text
 
 
-def test_internal_listener_is_not_logged(served, helpers):
+def test_internal_listener_is_not_logged(gateway_factory, default_snapshot, helpers):
+    served = gateway_factory()  # it counts every request from zero: a gateway of its own
+    assert served.push(default_snapshot).status_code == 200
     served.snapshot_status()
     assert helpers.chat(served).status_code == 200
     lines = access_lines(served, 1)
@@ -106,15 +117,15 @@ def test_internal_listener_is_not_logged(served, helpers):
     assert sum(s.value for s in m["sluice_requests_total"]) == 1
 
 
-def test_plans_and_rate_limits_are_counted(gateway, backends, helpers):
+def test_plans_and_rate_limits_are_counted(own_gateway, backends, helpers):
     key = "sk-test-observe-plan-0123456789"
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
     # 0.01/s: no token comes back during the test, so the counts are exact
     helpers.add_planned(snap, key, {"rate_per_second": 0.01, "burst": 2}, plan_name="gold")
-    assert gateway.push(snap).status_code == 200
-    statuses = [helpers.chat(gateway, key=key).status_code for _ in range(4)]
+    assert own_gateway.push(snap).status_code == 200
+    statuses = [helpers.chat(own_gateway, key=key).status_code for _ in range(4)]
     assert statuses == [200, 200, 429, 429]
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     assert value(m, "sluice_rate_limited_total", model="chat-demo", plan="gold",
                  limit="rate") == 2
     assert value(m, "sluice_requests_total", model="chat-demo", status="429",

@@ -2,15 +2,24 @@
 secrets, ready only with a snapshot (pushed, or the last-known-good file)."""
 from __future__ import annotations
 
+import pytest
 import requests
 
 from gateway_readings import access_lines, scrape
 
 
-def test_fresh_gateway_is_alive_but_not_ready(gateway, helpers):
-    r = requests.get(gateway.url + "/healthz", timeout=5)
+@pytest.fixture
+def served(own_gateway, default_snapshot):
+    """A gateway of its own serving `default_snapshot`: these tests count metrics and
+    access-log lines from a fresh start."""
+    assert own_gateway.push(default_snapshot).status_code == 200
+    return own_gateway
+
+
+def test_fresh_gateway_is_alive_but_not_ready(own_gateway, helpers):
+    r = requests.get(own_gateway.url + "/healthz", timeout=5)
     assert r.status_code == 200 and r.json() == {"status": "ok"}
-    r = requests.get(gateway.url + "/readyz", timeout=5)
+    r = requests.get(own_gateway.url + "/readyz", timeout=5)
     assert "no snapshot" in helpers.assert_error(r, 503, "not_ready")["message"]
 
 

@@ -40,20 +40,20 @@ def _snapshot(helpers, backends, version=1, capacity=1):
     return snap
 
 
-def _depth(gateway) -> dict:
-    return gateway.stats()["queues"]["chat-demo"]
+def _depth(own_gateway) -> dict:
+    return own_gateway.stats()["queues"]["chat-demo"]
 
 
-def _in_flight(gateway) -> int:
-    return gateway.stats()["backends"]["1"]["in_flight"]
+def _in_flight(own_gateway) -> int:
+    return own_gateway.stats()["backends"]["1"]["in_flight"]
 
 
 class Traffic:
     """Requests sent from threads; `done` lists (who, response) in the order the
     answers came back."""
 
-    def __init__(self, gateway, backend_url):
-        self.gateway, self.backend_url = gateway, backend_url
+    def __init__(self, own_gateway, backend_url):
+        self.own_gateway, self.backend_url = own_gateway, backend_url
         self.hold = secrets.token_hex(8)
         self.lock = threading.Lock()
         self.done: list[tuple[str, requests.Response]] = []
@@ -61,7 +61,7 @@ class Traffic:
 
     def post(self, who, headers=None, timeout=60):
         h = {"Authorization": f"Bearer {KEYS[who]}", **(headers or {})}
-        return requests.post(self.gateway.url + "/v1/chat/completions", timeout=timeout,
+        return requests.post(self.own_gateway.url + "/v1/chat/completions", timeout=timeout,
                              headers=h, json={"model": "chat-demo", "messages": [
                                  {"role": "user", "content": "hello there"}]})
 
@@ -89,13 +89,13 @@ class Traffic:
         assert not any(t.is_alive() for t in self.threads)
 
 
-def _traffic(gateway, backends):
-    return Traffic(gateway, f"http://127.0.0.1:{backends['openai-a'].port}")
+def _traffic(own_gateway, backends):
+    return Traffic(own_gateway, f"http://127.0.0.1:{backends['openai-a'].port}")
 
 
-def _queued(gateway, **want):
+def _queued(own_gateway, **want):
     """Wait until the queue of chat-demo holds exactly `want` (class -> count)."""
-    eventually(lambda: all(_depth(gateway)[c] == n for c, n in want.items()),
+    eventually(lambda: all(_depth(own_gateway)[c] == n for c, n in want.items()),
                timeout=15, message=f"queue depth {want}")
 
 
@@ -104,18 +104,18 @@ def _order(done, skip=("holder", "critical-holder")):
 
 
 def test_waiters_are_served_by_class_in_several_workers(gateway_factory, helpers, backends):
-    gateway = gateway_factory(workers=4)
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+    own_gateway = gateway_factory(workers=4)
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
         # two held critical requests: the slot and critical's headroom are taken
         t.send("critical-holder", 2, held=True)
-        eventually(lambda: _in_flight(gateway) == 2)
+        eventually(lambda: _in_flight(own_gateway) == 2)
         # arrivals low class first: without the queue's order they would be served so
         for who in ("best_effort", "standard", "critical"):
             t.send(who, 4)
-        _queued(gateway, best_effort=4, standard=4, critical=4)
-        assert _in_flight(gateway) == 2   # a waiter holds no slot
+        _queued(own_gateway, best_effort=4, standard=4, critical=4)
+        assert _in_flight(own_gateway) == 2   # a waiter holds no slot
     finally:
         t.join()
     assert all(r.status_code == 200 for _, r in t.done), [r.text for _, r in t.done]
@@ -127,15 +127,15 @@ def test_waiters_are_served_by_class_in_several_workers(gateway_factory, helpers
     workers = {r.headers["X-Request-Id"][:16] for _, r in t.done}
     print("workers seen:", len(workers))
     assert len(workers) >= 2
-    assert _depth(gateway) == {"critical": 0, "standard": 0, "best_effort": 0}
-    eventually(lambda: _in_flight(gateway) == 0)
+    assert _depth(own_gateway) == {"critical": 0, "standard": 0, "best_effort": 0}
+    eventually(lambda: _in_flight(own_gateway) == 0)
 
 
-def test_consumers_of_one_class_share_the_slots(gateway, helpers, backends):
+def test_consumers_of_one_class_share_the_slots(own_gateway, helpers, backends):
     """Consumer A keeps 8 requests waiting, B keeps 2: first come first served would
     give B a fifth of the slots; round robin between consumers gives it about half."""
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     stop = threading.Event()
     counts = {"standard": 0, "standard-b": 0}
 
@@ -149,13 +149,13 @@ def test_consumers_of_one_class_share_the_slots(gateway, helpers, backends):
                     stop.set()
 
     t.send("holder", held=True)
-    eventually(lambda: _in_flight(gateway) == 1)
+    eventually(lambda: _in_flight(own_gateway) == 1)
     loops = [threading.Thread(target=loop, args=(who,), daemon=True)
              for who in ["standard"] * 8 + ["standard-b"] * 2]
     for th in loops:
         th.start()
     try:
-        _queued(gateway, standard=10)
+        _queued(own_gateway, standard=10)
     finally:
         t.release()
         for th in loops:
@@ -168,23 +168,23 @@ def test_consumers_of_one_class_share_the_slots(gateway, helpers, backends):
 
 
 def test_critical_takes_the_newest_best_effort_place_in_a_full_queue(
-        gateway, helpers, backends):
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+        own_gateway, helpers, backends):
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
         t.send("critical-holder", 2, held=True)
-        eventually(lambda: _in_flight(gateway) == 2)
+        eventually(lambda: _in_flight(own_gateway) == 2)
         # 16 places for a capacity of 1 (at least 16, 4 per slot)
         t.send("best_effort")
-        _queued(gateway, best_effort=1)
+        _queued(own_gateway, best_effort=1)
         t.send("best_effort")
-        _queued(gateway, best_effort=2)
+        _queued(own_gateway, best_effort=2)
         t.send("standard", 14)
-        _queued(gateway, best_effort=2, standard=14)
+        _queued(own_gateway, best_effort=2, standard=14)
 
         t.send("critical")
         preempted = eventually(lambda: [r for who, r in t.done if who == "best_effort"])
-        _queued(gateway, best_effort=1, standard=14, critical=1)
+        _queued(own_gateway, best_effort=1, standard=14, critical=1)
         # a standard request finds the queue full: refused at once
         full = t.post("standard")
     finally:
@@ -197,19 +197,19 @@ def test_critical_takes_the_newest_best_effort_place_in_a_full_queue(
     # the older best-effort waiter kept its place and was served last
     served = [who for who, r in t.done if r.status_code == 200 and who != "critical-holder"]
     assert served == ["critical"] + ["standard"] * 14 + ["best_effort"], served
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo",
                  priority="best_effort", outcome="preempted") == 1
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo",
                  priority="standard", outcome="full") == 1
 
 
-def test_wait_bounds_per_class(gateway, helpers, backends):
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+def test_wait_bounds_per_class(own_gateway, helpers, backends):
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
         t.send("holder", held=True)
-        eventually(lambda: _in_flight(gateway) == 1)
+        eventually(lambda: _in_flight(own_gateway) == 1)
         # best-effort without a wait: refused at once, as without the queue
         r = t.post("no-wait", {"X-Request-Id": "queue-no-wait"})
         err = helpers.assert_error(r, 503, "backend_unavailable")
@@ -219,17 +219,17 @@ def test_wait_bounds_per_class(gateway, helpers, backends):
         err = helpers.assert_error(r, 503, "backend_unavailable")
         assert "no slot came free within 300 ms" in err["message"]
         assert err["retry_after"] == 1
-        assert _depth(gateway)["standard"] == 0
+        assert _depth(own_gateway)["standard"] == 0
     finally:
         t.join()
     assert [r.status_code for _, r in t.done] == [200]
     lines = {line["request_id"]: line
-             for line in access_lines(gateway, 3) if line["request_id"].startswith("queue-")}
+             for line in access_lines(own_gateway, 3) if line["request_id"].startswith("queue-")}
     assert lines["queue-no-wait"]["queue_ms"] == ""          # it never waited
     # it waited its bound (to the millisecond: the wait ends when under 1 ms is left)
     assert int(lines["queue-impatient"]["queue_ms"]) >= 299
     assert lines["queue-impatient"]["status"] == "503"
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo", priority="standard",
                  outcome="timeout") == 1
     assert value(m, "sluice_queue_wait_seconds_count", model="chat-demo",
@@ -238,54 +238,54 @@ def test_wait_bounds_per_class(gateway, helpers, backends):
                  priority="standard") >= 0.299
 
 
-def test_a_caller_that_hangs_up_leaves_the_queue(gateway, helpers, backends):
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+def test_a_caller_that_hangs_up_leaves_the_queue(own_gateway, helpers, backends):
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
         t.send("holder", held=True)
-        eventually(lambda: _in_flight(gateway) == 1)
+        eventually(lambda: _in_flight(own_gateway) == 1)
         try:
             t.post("standard", {"X-Request-Id": "queue-gone"}, timeout=0.5)
             raise AssertionError("a waiter was answered while the slot was held")
         except requests.Timeout:
             pass
         # the place is given up without waiting for the 30 s bound
-        eventually(lambda: _depth(gateway)["standard"] == 0, timeout=10)
+        eventually(lambda: _depth(own_gateway)["standard"] == 0, timeout=10)
         t.send("standard")
-        _queued(gateway, standard=1)
+        _queued(own_gateway, standard=1)
     finally:
         t.join()
     # the holder, then the one who stayed; nobody served the caller who left
     assert [(who, r.status_code) for who, r in t.done] == [("holder", 200), ("standard", 200)]
-    eventually(lambda: _in_flight(gateway) == 0)
-    line = next(line for line in access_lines(gateway, 3)
+    eventually(lambda: _in_flight(own_gateway) == 0)
+    line = next(line for line in access_lines(own_gateway, 3)
                 if line["request_id"] == "queue-gone")
     assert line["status"] == "499" and line["backend"] == "" and int(line["queue_ms"]) >= 0
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo", priority="standard",
                  outcome="aborted") == 1
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo", priority="standard",
                  outcome="admitted") == 1
 
 
-def test_queue_metrics_and_log_fields(gateway, helpers, backends):
-    assert gateway.push(_snapshot(helpers, backends)).status_code == 200
-    t = _traffic(gateway, backends)
+def test_queue_metrics_and_log_fields(own_gateway, helpers, backends):
+    assert own_gateway.push(_snapshot(helpers, backends)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
         t.send("holder", held=True)
-        eventually(lambda: _in_flight(gateway) == 1)
+        eventually(lambda: _in_flight(own_gateway) == 1)
         t.send("standard", 2)
-        _queued(gateway, standard=2)
-        m = scrape(gateway)
+        _queued(own_gateway, standard=2)
+        m = scrape(own_gateway)
         assert value(m, "sluice_queue_depth", model="chat-demo", priority="standard") == 2
         assert value(m, "sluice_queue_depth", model="chat-demo", priority="critical") == 0
     finally:
         t.join()
     assert [r.status_code for _, r in t.done] == [200] * 3
     waited = {r.headers["X-Request-Id"] for who, r in t.done if who == "standard"}
-    lines = [line for line in access_lines(gateway, 3) if line["request_id"] in waited]
+    lines = [line for line in access_lines(own_gateway, 3) if line["request_id"] in waited]
     assert len(lines) == 2 and all(int(line["queue_ms"]) >= 0 for line in lines)
-    m = scrape(gateway)
+    m = scrape(own_gateway)
     assert value(m, "sluice_queue_outcomes_total", model="chat-demo", priority="standard",
                  outcome="admitted") == 2
     assert value(m, "sluice_queue_wait_seconds_count", model="chat-demo",
@@ -293,34 +293,34 @@ def test_queue_metrics_and_log_fields(gateway, helpers, backends):
     assert value(m, "sluice_queue_depth", model="chat-demo", priority="standard") == 0
 
 
-def test_gpu_saturation_signal_makes_requests_wait(gateway, helpers, backends):
+def test_gpu_saturation_signal_makes_requests_wait(own_gateway, helpers, backends):
     """A backend without max_in_flight: only the controller's signal (its GPUs are
     full, in the weight push) saturates the pool."""
-    assert gateway.push(_snapshot(helpers, backends, capacity=None)).status_code == 200
-    t = _traffic(gateway, backends)
+    assert own_gateway.push(_snapshot(helpers, backends, capacity=None)).status_code == 200
+    t = _traffic(own_gateway, backends)
     try:
-        r = gateway.push_weights({"version": 1, "weights": {"1": 100}, "hold_s": 600,
+        r = own_gateway.push_weights({"version": 1, "weights": {"1": 100}, "hold_s": 600,
                                   "saturated": ["1"]})
         assert r.status_code == 200, r.text
         # idle and saturated: nothing more goes to it
         t.send("standard")
-        _queued(gateway, standard=1)
+        _queued(own_gateway, standard=1)
         helpers.assert_error(t.post("no-wait"), 503, "backend_unavailable")
         assert t.done == []
         # the GPUs have room again: the waiter goes
-        r = gateway.push_weights({"version": 2, "weights": {"1": 100}, "hold_s": 600})
+        r = own_gateway.push_weights({"version": 2, "weights": {"1": 100}, "hold_s": 600})
         assert r.status_code == 200, r.text
         eventually(lambda: t.done)
         assert t.post("no-wait").status_code == 200
     finally:
         t.join()
     assert [(who, r.status_code) for who, r in t.done] == [("standard", 200)]
-    r = gateway.push_weights({"version": 3, "weights": {}, "saturated": "1"})
+    r = own_gateway.push_weights({"version": 3, "weights": {}, "saturated": "1"})
     assert r.status_code == 400 and "saturated" in r.text
 
 
-def test_invalid_queue_timeout_is_refused(gateway, helpers, backends):
+def test_invalid_queue_timeout_is_refused(own_gateway, helpers, backends):
     snap = _snapshot(helpers, backends)
     snap["plans"] = {**PLANS, "4": {**PLANS["4"], "queue_timeout_ms": -1}}
-    r = gateway.push(snap)
+    r = own_gateway.push(snap)
     assert r.status_code == 400 and "plans.4.queue_timeout_ms" in r.json()["error"]["message"]

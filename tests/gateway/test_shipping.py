@@ -20,6 +20,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.fixture
+def served(own_gateway, default_snapshot):
+    """A gateway of its own serving `default_snapshot`: the shipper reads its whole
+    access log."""
+    assert own_gateway.push(default_snapshot).status_code == 200
+    return own_gateway
+
+
+@pytest.fixture
 def engine(db_url):
     e = make_engine(db_url)
     yield e

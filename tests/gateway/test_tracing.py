@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from contextlib import contextmanager
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -55,14 +56,28 @@ class _Receiver(Backend):
                     "application/x-protobuf")
 
 
-@pytest.fixture
-def traced(gateway, helpers):
+@contextmanager
+def tracing(gateway, helpers):
+    """`gateway` serving chat-demo on the traced backend."""
     _Backend.seen = []
     with served(_Backend) as port:
         b = entry(1, "traced-a", "openai", port)
         r = gateway.push(helpers.make_snapshot(1, {"chat-demo": (5000, [b])}))
         assert r.status_code == 200, r.text
         yield gateway
+
+
+@pytest.fixture
+def traced(gateway, helpers):
+    with tracing(gateway, helpers) as gw:
+        yield gw
+
+
+@pytest.fixture
+def own_traced(gateway_factory, helpers):
+    """Like `traced`, on a gateway of its own (for a test that ships its whole log)."""
+    with tracing(gateway_factory(), helpers) as gw:
+        yield gw
 
 
 @pytest.fixture
@@ -127,7 +142,8 @@ def test_refused_requests_carry_trace_ids_too(traced, helpers):
     assert line["trace_id"] == CALLER_TRACE and line["parent_span_id"] == CALLER_SPAN
 
 
-def test_shipper_exports_one_span_per_request(traced, helpers, receiver, db_url):
+def test_shipper_exports_one_span_per_request(own_traced, helpers, receiver, db_url):
+    traced = own_traced
     for i in range(3):
         headers = {"X-Request-Id": f"span-{i}"}
         if i == 0:

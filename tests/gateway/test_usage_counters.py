@@ -33,7 +33,8 @@ def predict(gw, key):
                          headers={"Authorization": f"Bearer {key}"}, timeout=10)
 
 
-def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway, helpers, backends):
+def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway_factory, helpers, backends):
+    gateway = gateway_factory()  # it counts usage from zero: a gateway of its own
     day, _ = today()
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)]),
                                      "predict-demo": (5000, [backends["predict-a"].entry(2)])})
@@ -65,7 +66,9 @@ def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway, helpers
     assert sums[2] > 0
 
 
-def test_boot_survives_reload_not_restart(served, helpers):
+def test_boot_survives_reload_not_restart(gateway_factory, default_snapshot, helpers):
+    served = gateway_factory()  # it restarts nginx: a gateway of its own
+    assert served.push(default_snapshot).status_code == 200
     assert helpers.chat(served).status_code == 200
     first = served.usage()
     served.reload()
@@ -128,7 +131,8 @@ def test_pushed_tokens_fill_the_monthly_token_quota(gateway_factory, helpers, ba
     assert "token quota" in err["message"]
 
 
-def test_usage_push_without_a_snapshot_is_refused(gateway, helpers):
+def test_usage_push_without_a_snapshot_is_refused(gateway_factory, helpers):
+    gateway = gateway_factory()  # it needs one with no snapshot: a gateway of its own
     day, month = today()
     r = gateway.push_usage({"boot": gateway.usage()["boot"], "version": 1, "day": day,
                             "month": month, "usage": {}})

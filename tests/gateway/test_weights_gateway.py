@@ -51,7 +51,8 @@ def test_weights_decay_to_static_when_pushes_stop(gateway, helpers, backends):
     assert 0.4 <= shares.get("openai-b", 0) <= 0.6, shares
 
 
-def test_weights_validation_and_order(gateway, helpers):
+def test_weights_validation_and_order(gateway_factory, helpers):
+    gateway = gateway_factory()  # it reads the weights state from zero: a gateway of its own
     st = gateway.weights_status()
     assert st["state"] == "static" and st["version"] == 0
     for bad in ({"version": 0, "weights": {}}, {"version": 1, "weights": {"1": 1001}},
@@ -63,7 +64,8 @@ def test_weights_validation_and_order(gateway, helpers):
     helpers.assert_error(gateway.push_weights({"version": 6, "weights": {}}), 409, "conflict")
 
 
-def test_stats_count_outcomes_and_last_latencies(gateway, helpers, backends):
+def test_stats_count_outcomes_and_last_latencies(gateway_factory, helpers, backends):
+    gateway = gateway_factory()  # it counts stats from zero: a gateway of its own
     _serve(gateway, helpers, [backends["openai-a"].entry(1)])
     for _ in range(3):
         assert helpers.chat(gateway, headers={"X-Demo-Latency-Ms": "20"}).status_code == 200

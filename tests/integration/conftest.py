@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,12 +150,12 @@ class Stack:
             gw.stop()
 
 
-@pytest.fixture
-def stack(db_url):
-    """API, controller and one gateway running against a fresh database."""
+@contextmanager
+def running_stack(db_url: str, prefix: str = "sluice-it-"):
+    """API, controller and one gateway running against database `db_url`."""
     # Not pytest's tmp_path: nginx workers run as nobody when we are root and must
     # reach their prefix.
-    top = Path(tempfile.mkdtemp(prefix="sluice-it-"))
+    top = Path(tempfile.mkdtemp(prefix=prefix))
     top.chmod(0o755)
     s = Stack(top, db_url)
     try:
@@ -168,9 +169,28 @@ def stack(db_url):
         shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def stack(module_db_url):
+    """API, controller and one gateway shared by the module's tests, on a database of
+    the module's: each test makes rows under names of its own."""
+    with running_stack(module_db_url) as s:
+        yield s
+
+
 @pytest.fixture
-def demo(stack):
-    """One chat model on one demo backend, one consumer with one key."""
+def own_stack(db_url):
+    """A stack of the test's own, on a fresh database: for a test that stops, restarts
+    or adds parts, or changes what another test of its module relies on."""
+    with running_stack(db_url) as s:
+        yield s
+
+
+@pytest.fixture
+def demo(request):
+    """One chat model on one demo backend, one consumer with one key, on the test's
+    stack (`own_stack` when it asks for one, else the module's)."""
+    stack = request.getfixturevalue("own_stack" if "own_stack" in request.fixturenames
+                                    else "stack")
     url = stack.start_backend("chat-a")
     admin = stack.admin
     model = admin.create("models", name="chat-demo", timeout_ms=5000)

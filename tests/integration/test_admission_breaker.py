@@ -30,7 +30,8 @@ def _metrics(stack) -> str:
                         headers={"Authorization": f"Bearer {stack.gateway_token}"}).text
 
 
-def test_breaker_settings_open_and_close_the_circuit(stack, demo):
+def test_breaker_settings_open_and_close_the_circuit(own_stack, demo):
+    stack = own_stack  # it opens the demo backend's circuit: a stack of its own
     # The controller's settings (SLUICE_CONFIG, re-read on SIGHUP) go out in the snapshot.
     before = _loaded_at(stack.gateway)
     with stack.config_file.open("a") as fh:
@@ -62,7 +63,8 @@ def test_breaker_settings_open_and_close_the_circuit(stack, demo):
         in _metrics(stack)
 
 
-def test_priority_configured_through_admin_api_sheds_best_effort(stack, demo):
+def test_priority_configured_through_admin_api_sheds_best_effort(own_stack, demo):
+    stack = own_stack  # it caps the demo's backend: a stack of its own
     admin = stack.admin
     batch = admin.create("plans", name="batch", priority="best_effort")
     admin.update("consumers", demo["consumer"]["id"], plan_id=batch["id"])

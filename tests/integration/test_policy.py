@@ -10,7 +10,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 
-def test_plan_assigned_through_admin_api_limits_requests(stack, demo):
+def test_plan_assigned_through_admin_api_limits_requests(own_stack, demo):
+    stack = own_stack  # it puts the demo's consumer on a plan: a stack of its own
     admin = stack.admin
     plan = admin.create("plans", name="tiny", rate_per_second=0.01, burst=2)
     admin.update("consumers", demo["consumer"]["id"], plan_id=plan["id"])
@@ -24,7 +25,8 @@ def test_plan_assigned_through_admin_api_limits_requests(stack, demo):
     assert stack.chat(key, "chat-demo").status_code == 200
 
 
-def test_jwt_issuer_through_admin_api_and_revocation(stack, demo):
+def test_jwt_issuer_through_admin_api_and_revocation(own_stack, demo):
+    stack = own_stack  # its demo's names are another test's too: a stack of its own
     private = ec.generate_private_key(ec.SECP256R1())
     pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
@@ -43,7 +45,8 @@ def test_jwt_issuer_through_admin_api_and_revocation(stack, demo):
     assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
 
 
-def test_backend_credential_set_through_admin_api(stack, demo):
+def test_backend_credential_set_through_admin_api(own_stack, demo):
+    stack = own_stack  # it sets the demo backend's credential: a stack of its own
     stack.admin.update("backends", demo["backend"]["id"], auth_header="Bearer vendor-secret")
     stack.wait_served()
     r = stack.chat(demo["key"]["key"], "chat-demo")

@@ -13,7 +13,8 @@ from waiting import eventually
 from control_plane.services import fleet_metrics
 
 
-def test_waiting_request_is_visible_in_the_admin_api_and_dashboard(stack, demo):
+def test_waiting_request_is_visible_in_the_admin_api_and_dashboard(own_stack, demo):
+    stack = own_stack  # its plan's name is the other test's too: a stack of its own
     admin = stack.admin
     patient = admin.create("plans", name="patient", priority="standard",
                            queue_timeout_ms=30000)

@@ -72,7 +72,7 @@ def test_fallback_configured_through_the_admin_api(stack):
     precise = admin.create("models", name="cv-precise", timeout_ms=500,
                            fallback_model="cv-lowprec")
     admin.create("backends", name="slow", model_id=precise["id"], url=slow, protocol="openai")
-    consumer = admin.create("consumers", name="t")
+    consumer = admin.create("consumers", name="t-fallback")
     key = admin.create("keys", consumer_id=consumer["id"])["key"]
     stack.wait_served()
 

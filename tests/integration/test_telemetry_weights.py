@@ -30,7 +30,8 @@ def _share_a(stack, key) -> float:
     return seen["gpu-a"] / N
 
 
-def test_free_memory_moves_traffic_and_agent_survives_api_restart(stack):
+def test_free_memory_moves_traffic_and_agent_survives_api_restart(own_stack):
+    stack = own_stack  # it restarts the API: a stack of its own
     admin = stack.admin
     url_a, url_b = stack.start_backend("gpu-a"), stack.start_backend("gpu-b")
     # memory-only coefficients: traffic proportional to free memory, exactly

@@ -31,7 +31,8 @@ def _quota(stack, consumer_id: int) -> dict:
             "tokens": body["today"]["total_tokens"]}
 
 
-def test_usage_survives_gateway_and_controller_restarts(stack, demo):
+def test_usage_survives_gateway_and_controller_restarts(own_stack, demo):
+    stack = own_stack  # it restarts the gateway and the controller: a stack of its own
     admin = stack.admin
     cid = demo["consumer"]["id"]
     plan = admin.create("plans", name="five-a-day", daily_requests=5)
@@ -73,7 +74,8 @@ def test_usage_survives_gateway_and_controller_restarts(stack, demo):
     assert (got["used"], got["remaining"]) == (5, 0)
 
 
-def test_two_gateways_share_the_daily_quota(stack, demo):
+def test_two_gateways_share_the_daily_quota(own_stack, demo):
+    stack = own_stack  # it adds a gateway: a stack of its own
     second = stack.new_gateway("gw2")
     stack.write_config([stack.gateway, second])
     stack.children["controller"].send_signal(signal.SIGHUP)

@@ -48,7 +48,8 @@ def test_admin_api_needs_the_token(stack):
     assert wrong.json()["error"]["type"] == "forbidden"
 
 
-def test_disabled_key_is_refused_after_the_next_push(stack, demo):
+def test_disabled_key_is_refused_after_the_next_push(own_stack, demo):
+    stack = own_stack  # it disables the demo's key: a stack of its own
     key = demo["key"]
     assert stack.chat(key["key"], "chat-demo").status_code == 200
 
@@ -60,7 +61,8 @@ def test_disabled_key_is_refused_after_the_next_push(stack, demo):
     assert resp.json()["error"]["request_id"] == resp.headers["X-Request-Id"]
 
 
-def test_new_backend_takes_traffic_without_restart(stack, demo):
+def test_new_backend_takes_traffic_without_restart(own_stack, demo):
+    stack = own_stack  # it drains the demo's backend: a stack of its own
     url = stack.start_backend("chat-b")
     stack.admin.create("backends", name="chat-b", model_id=demo["model"]["id"], url=url,
                        protocol="openai", weight=100)
@@ -72,7 +74,8 @@ def test_new_backend_takes_traffic_without_restart(stack, demo):
     assert seen == {"chat-b"}
 
 
-def test_gateway_serves_with_control_plane_down_and_after_restart_from_lkg(stack, demo):
+def test_gateway_serves_with_control_plane_down_and_after_restart_from_lkg(own_stack, demo):
+    stack = own_stack  # it stops the API, the controller and nginx: a stack of its own
     key = demo["key"]["key"]
     version = stack.gateway.served_version()
     stack.stop("controller")
@@ -91,7 +94,8 @@ def test_gateway_serves_with_control_plane_down_and_after_restart_from_lkg(stack
     assert status["source"] == "lkg"
 
 
-def test_sighup_reloads_controller_settings_and_repushes(stack, demo):
+def test_sighup_reloads_controller_settings_and_repushes(own_stack, demo):
+    stack = own_stack  # it adds a gateway and reloads the controller: a stack of its own
     second = stack.new_gateway("gw2")
     assert second.served_version() == 0
     before = _loaded_at(stack, stack.gateway)
@@ -110,7 +114,8 @@ def test_sighup_reloads_controller_settings_and_repushes(stack, demo):
     assert _loaded_at(stack, stack.gateway) > before
 
 
-def test_nginx_reload_keeps_serving_the_same_snapshot(stack, demo):
+def test_nginx_reload_keeps_serving_the_same_snapshot(own_stack, demo):
+    stack = own_stack  # it stops the controller: a stack of its own
     key = demo["key"]["key"]
     version = stack.gateway.served_version()
     stack.stop("controller")  # nothing can push: what is served must survive by itself

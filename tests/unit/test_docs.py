@@ -108,7 +108,7 @@ def test_readme_is_short_and_its_two_commands_are_the_makefiles():
     for target in ("run", "test"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.M)
-    assert ".venv/bin/sluice up" in makefile and ".venv/bin/pytest -q $(PYTEST_ARGS)" in makefile
+    assert ".venv/bin/sluice up" in makefile and ".venv/bin/pytest -q $(XDIST) $(PYTEST_ARGS)" in makefile
     assert sum(1 for p in DOCUMENTS for _ in examples(p)) >= 30, "examples went missing"
 
 

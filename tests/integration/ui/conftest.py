@@ -1,5 +1,6 @@
 """A real headless Chromium (Debian's, driven through its chromedriver) against the
-admin UI of the `stack` fixture: API under gunicorn, controller, nginx, Postgres."""
+admin UI of the test's `own_stack` (these tests count what a stack holds): API under
+gunicorn, controller, nginx, Postgres."""
 from __future__ import annotations
 
 import shutil
@@ -57,9 +58,9 @@ def browser(chromium):
 
 
 @pytest.fixture
-def ui_users(stack):
+def ui_users(own_stack):
     """An admin and a viewer in the stack's database, made the way the CLI makes them."""
-    engine = make_engine(stack.db_url)
+    engine = make_engine(own_stack.db_url)
     with make_sessionmaker(engine)() as session:
         admin_users.create_user(session, "olga", PASSWORD, "admin")
         admin_users.create_user(session, "vik", PASSWORD, "viewer")
@@ -130,5 +131,5 @@ class Ui:
 
 
 @pytest.fixture
-def ui(stack, browser, ui_users) -> Ui:
-    return Ui(browser, stack.admin_url.replace("/api/v1", "/admin"))
+def ui(own_stack, browser, ui_users) -> Ui:
+    return Ui(browser, own_stack.admin_url.replace("/api/v1", "/admin"))
