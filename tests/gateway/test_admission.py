@@ -40,7 +40,7 @@ def _in_flight(own_gateway) -> int:
     return own_gateway.stats()["backends"]["1"]["in_flight"]
 
 
-def wait_for(check, timeout=10.0):
+def wait_for(check, timeout=30.0):
     deadline = time.monotonic() + timeout
     while True:
         value = check()
