@@ -124,11 +124,13 @@ class Fleet:
         self.start_postgres()
 
     def start_postgres(self) -> None:
-        """PostgreSQL on the control-plane host's loopback (again, after stop_postgres)."""
+        """PostgreSQL on the control-plane host's loopback (again, after stop_postgres).
+        pg_ctl waits up to 120 s: the suite's xdist workers start their own clusters and
+        brokers at the same moment on two cores."""
         data = self.pg.datadir
         owner = postgres._owner()
         cmd = [str(postgres._bindir() / "pg_ctl"), "-D", str(data), "-l",
-               str(data / "server.log"), "-w", "-t", "30", "start", "-o",
+               str(data / "server.log"), "-w", "-t", "120", "start", "-o",
                f"-c listen_addresses=127.0.0.1 -c port={PG_PORT} "
                f"-c unix_socket_directories={data} -c fsync=off -c max_connections=200"]
         if owner is not None:
@@ -258,7 +260,7 @@ http {{
         self.children["lb"] = proc
         procs.wait_port(self.lb_port)
 
-    def wait_http(self, url: str, name: str, proc=None, timeout: float = 30.0) -> None:
+    def wait_http(self, url: str, name: str, proc=None, timeout: float = 60.0) -> None:
         try:
             procs.wait_http(url, timeout=timeout, proc=proc or self.children.get(name))
         except Exception as exc:
@@ -344,11 +346,11 @@ def new_fleet(**kw) -> Fleet:
     fleet = Fleet(top, **kw)
     try:
         return fleet.start()
-    except BaseException:
+    except BaseException as exc:
         logs = "\n".join(fleet.tail(p.stem) for p in sorted(top.glob("*.log")))
         fleet.stop()
         shutil.rmtree(top, ignore_errors=True)
-        raise FleetError(f"the fleet did not start; logs:\n{logs}") from None
+        raise FleetError(f"the fleet did not start: {exc!r}; logs:\n{logs}") from exc
 
 
 def remove_fleet(fleet: Fleet) -> None:

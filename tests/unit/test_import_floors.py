@@ -229,6 +229,9 @@ def test_reference_docs_check(stale, tmp_path):
         shutil.copytree(PACKAGE, root / "control_plane",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(REPO / "docs", root / "docs")
+        # docs/contracts.md's context table is read from the data plane's source
+        (root / "lua" / "sluice").mkdir(parents=True)
+        shutil.copy(REPO / "lua" / "sluice" / "context.lua", root / "lua" / "sluice")
         page = root / "docs" / "configuration.md"
         page.write_text(page.read_text().replace("| `SLUICE_API_PORT` |",
                                                  "| `SLUICE_API_PORTS` |"))

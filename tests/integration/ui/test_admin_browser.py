@@ -228,13 +228,13 @@ return broken;
 """
 
 
-def test_column_headers_break_between_words_only(stack, ui):
+def test_column_headers_break_between_words_only(own_stack, ui):
     """The Gateways page has many columns and long cells (boot ids, times, errors);
     its headers may wrap between words, never inside one ("Joine d", "Stat e")."""
     ui.sign_in_with_the_keyboard("olga")
-    stack.wait_served()
+    own_stack.wait_served()
     # a second, unreachable gateway: the controller's push error fills its row
-    gw = stack.admin.create("gateways", name="a-gateway-with-a-rather-long-name",
+    gw = own_stack.admin.create("gateways", name="a-gateway-with-a-rather-long-name",
                             internal_url="http://127.0.0.1:9/a/rather/long/internal/path")
     try:
         ui.open("/gateways/")
@@ -254,4 +254,4 @@ def test_column_headers_break_between_words_only(stack, ui):
             ui.open(page)
             assert ui.driver.execute_script(_BROKEN_HEADER_WORDS) == [], page
     finally:
-        stack.admin.delete("gateways", gw["id"])
+        own_stack.admin.delete("gateways", gw["id"])
