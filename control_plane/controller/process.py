@@ -58,6 +58,7 @@ BACKOFF_CAP = 30.0
 MAX_PARALLEL_PUSHES = 16
 SCALING_EVERY = 15.0   # seconds between scaling recommendations
 STANDBY_POLL = 0.2     # seconds between a standby's looks at its leader thread
+METRICS_RETRY = 1.0    # seconds between tries to serve /metrics on a port in use
 
 
 @dataclass
@@ -216,6 +217,28 @@ class Controller:
         thread.start()
         return thread
 
+    def start_metrics(self) -> None:
+        """Serve /metrics; a port in use must not stop the pushes, and is tried again
+        every METRICS_RETRY s in a thread until it binds (a restarted controller's port
+        may be held a while by whatever took it while it was down)."""
+        port, host = self.settings.controller_metrics_port, self.settings.controller_metrics_host
+        try:
+            cp_metrics.serve(port, host)
+            return
+        except OSError as exc:
+            log.error("cannot serve metrics on port %s: %s (trying again every %s s)",
+                      port, exc, METRICS_RETRY)
+
+        def retry() -> None:
+            while not self._stopping:
+                time.sleep(METRICS_RETRY)
+                try:
+                    cp_metrics.serve(port, host)
+                    return
+                except OSError:
+                    continue
+        threading.Thread(target=retry, name="metrics-retry", daemon=True).start()
+
     def run_forever(self) -> None:
         """Stand by until this process holds the leader lock (leader.py), then run the
         ticks while it holds it; SIGTERM/SIGINT end the loop and release the lock."""
@@ -224,12 +247,7 @@ class Controller:
                  leader.id, len(self.settings.gateways), self.settings.controller_interval)
         cp_metrics.set_slas(dict(self.settings.model_slas))
         cp_metrics.CONTROLLER_ACTIVE.set(0)
-        try:
-            cp_metrics.serve(self.settings.controller_metrics_port,
-                             self.settings.controller_metrics_host)
-        except OSError as exc:   # a port in use must not stop the pushes
-            log.error("cannot serve metrics on port %s: %s",
-                      self.settings.controller_metrics_port, exc)
+        self.start_metrics()
         shipping = self.start_shipping()
         leader.start()
         was_active = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -154,3 +155,27 @@ def test_a_frozen_active_controller_is_fenced_and_stands_by_when_it_thaws(pair):
     assert controllers(stack)["active"] == standby["id"]
     stack.admin.create("models", name="after-thaw")
     stack.wait_served(timeout=20)
+
+
+def test_a_controller_whose_metrics_port_is_taken_serves_them_once_it_is_free(bare_stack):
+    """A restarted controller may find its metrics port taken for a while (by another
+    process's connection or server): it runs on, and serves /metrics as soon as the
+    port is free, without a restart."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    env = dict(bare_stack.env(), SLUICE_CONTROLLER_METRICS_PORT=str(port))
+    log = bare_stack.tmp / "controller.log"
+    proc = procs.spawn([sys.executable, "-m", "control_plane.cli", "controller"],
+                       log=log, env=env, cwd=REPO)
+    bare_stack.children["controller"] = proc
+    try:
+        eventually(lambda: "cannot serve metrics" in log.read_text(errors="replace"),
+                   timeout=30, message="the controller says the port is taken")
+        assert proc.poll() is None, log.read_text()
+    finally:
+        holder.close()
+    eventually(lambda: active_gauge(port) == 1, timeout=30,
+               message="the controller's /metrics served on the freed port")
+    assert proc.poll() is None
