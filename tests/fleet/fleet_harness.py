@@ -41,7 +41,7 @@ import requests
 from control_plane.runtime import postgres, procs
 from control_plane.clients.admin import AdminClient
 from control_plane.runtime.redis_server import _read as read_resp
-from fleet_net import FleetError, Host, Net
+from fleet_net import FleetError, Host, Net, subnet_lock
 
 REPO = Path(__file__).resolve().parents[2]
 # Fixed, but each on a host (namespace) of its own: nothing else listens there.
@@ -95,8 +95,9 @@ class Fleet:
         hosts = {"cp": 10, "models": 20}
         # one more gateway host than the balancer knows: "spare", for a gateway that joins
         hosts.update({f"gw{i}": 30 + i for i in range(1, self.gateways + 2)})
-        self.net = Net(hosts)
-        self.net.create()
+        with subnet_lock():   # the subnet is free until our addresses are on it
+            self.net = Net(hosts)
+            self.net.create()
         self._start_postgres()
         self.spawn("cp", "redis", ["redis-server", "--bind", self.cp.addr, "--port",
                                    str(REDIS_PORT), "--requirepass", self.redis_password,

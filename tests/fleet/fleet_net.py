@@ -10,12 +10,30 @@ everything.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import random
 import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+# Held while a fleet picks a free /24 and builds on it: fleets of two test processes
+# (xdist workers, two checkouts' suites) built at the same moment picked the same
+# subnet, and the second one's routes went through the first one's veth.
+SUBNET_LOCK = Path("/tmp/sluice-fleet-subnets.lock")
+
+
+@contextlib.contextmanager
+def subnet_lock():
+    with open(SUBNET_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class FleetError(RuntimeError):
