@@ -1,6 +1,6 @@
 """The generated reference pages, written from the code so they cannot drift:
 
-    docs/configuration.md   every variable of settings.py, with its default and meaning
+    docs/configuration.md   every variable declared in settings/declared.py, with its default and meaning
                             (each `setting(...)` of Settings, and OTHER_VARIABLES)
     docs/admin-api.md       every operation of the admin API's OpenAPI document
     docs/contracts.md       its "Per-request context" table, from the field table in
@@ -50,7 +50,8 @@ def configuration_md() -> str:
 
     lines = [GENERATED, "", "# Configuration reference", "",
              "Every process reads its settings from environment variables, parsed once by",
-             "[`control_plane/settings.py`](../control_plane/settings.py); a `KEY=VALUE` file",
+             "[`control_plane/settings/declared.py`](../control_plane/settings/declared.py);"
+             " a `KEY=VALUE` file",
              "named by `SLUICE_CONFIG` overlays them (the controller reads it again on",
              "`SIGHUP`). A malformed value stops the process with a message naming the",
              "variable (never the value of a secret one). `sluice up` picks the ports and",

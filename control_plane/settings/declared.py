@@ -1,253 +1,15 @@
-"""Settings from the environment, parsed once into a frozen dataclass.
-
-Each setting is declared once, as a field of `Settings`: its variable, its parser, its
-default and what it means for people (`setting(...)`). The settings object, the
-error messages and docs/configuration.md (control_plane/reference_docs.py) are all
-derived from those fields. Variables that one process reads itself, outside Settings,
-are described in OTHER_VARIABLES.
-
-An optional `SLUICE_CONFIG` file of `KEY=VALUE` lines overlays the environment, so a
-long-running process (the controller) can re-read it on SIGHUP without a restart.
-
-The bottom floor: this module imports nothing else of the control plane.
-"""
+"""Every setting, declared once: `Settings`' fields (variable, parser, default, meaning),
+and what is derived from them for the docs (VARIABLES, DESCRIPTIONS), with the
+variables one process reads itself (OTHER_VARIABLES). See control_plane.settings."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-
-class SettingsError(ValueError):
-    """A variable is missing or malformed; the message names the variable."""
-
-
-# ---- parsers: text of a variable -> the field's value (ValueError when malformed) ----
-#
-# A parser that returns None leaves the field at its default. `_Reason` is a problem in
-# words we wrote alone, safe to show for a secret variable.
-
-def _str(value: str) -> str | None:
-    value = value.strip()
-    return value or None
-
-
-def _port(value: str) -> int:
-    port = int(value)
-    if not 1 <= port <= 65535:
-        raise ValueError("must be a port number between 1 and 65535")
-    return port
-
-
-def _chars(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise ValueError("must be a number of characters >= 0")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    number = float(value)
-    if not number > 0 or number != number or number == float("inf"):
-        raise ValueError("must be a positive number of seconds")
-    return number
-
-
-def _count(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be a whole number >= 1")
-    return number
-
-
-def _fraction(value: str) -> float:
-    number = float(value)
-    if not 0 < number <= 1:
-        raise ValueError("must be a fraction in (0, 1], e.g. 0.3")
-    return number
-
-
-def _coefficients(value: str) -> tuple[float, float, float]:
-    parts = [p.strip() for p in value.split(",")]
-    if len(parts) != 3:
-        raise ValueError("must be three numbers: memory,success,latency (e.g. 0.6,0.3,0.1)")
-    nums = tuple(float(p) for p in parts)
-    if any(not 0 <= n <= 1 for n in nums) or sum(nums) <= 0:
-        raise ValueError("each coefficient must be in [0, 1] and their sum positive")
-    return nums  # type: ignore[return-value]
-
-
-class _Reason(ValueError):
-    """A problem in words we wrote, free of the value it judges (ValueErrors raised by
-    Python itself, such as urlsplit's port errors, may quote part of the value)."""
-
-
-def _port_of(parts) -> int | None:
-    try:
-        return parts.port
-    except ValueError:
-        raise _Reason("the port must be a number in 0..65535") from None
-
-
-def _http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} is not an http(s) URL")
-    parts.port  # raises ValueError on a bad port
-    return value.rstrip("/")
-
-
-def _webhook_url(value: str) -> str | None:
-    """An http(s) URL that may carry a token: its errors never quote it."""
-    value = value.strip()
-    if not value:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _Reason("must be an http(s) URL")
-    _port_of(parts)
-    return value.rstrip("/")
-
-
-def _url_list(value: str) -> tuple[str, ...]:
-    return tuple(_http_url(item.strip()) for item in value.split(",") if item.strip())
-
-
-def _bool(value: str) -> bool:
-    value = value.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("must be true or false")
-
-
-@dataclass(frozen=True)
-class RedisURL:
-    host: str
-    port: int = 6379
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-
-
-def parse_redis_url(value: str) -> RedisURL:
-    """`redis://[[user]:password@]host[:port][/db]`."""
-    parts = urlsplit(value.strip())
-    if parts.scheme != "redis" or not parts.hostname:
-        raise _Reason("must be a URL such as redis://[:password@]host:6379/0")
-    port = _port_of(parts) or 6379
-    if parts.query or parts.fragment:
-        raise _Reason("takes no query or fragment")
-    path = parts.path.strip("/")
-    if path and not path.isdigit():
-        raise _Reason("the database must be a number such as /0")
-    return RedisURL(host=parts.hostname, port=port, db=int(path or 0),
-                    username=unquote(parts.username) if parts.username else None,
-                    password=unquote(parts.password) if parts.password else None)
-
-
-def _redis_url(value: str) -> str | None:
-    value = value.strip()
-    if value:
-        parse_redis_url(value)
-    return value or None
-
-
-def _redis_failure(value: str) -> str:
-    value = value.strip().lower() or "open"
-    if value not in ("open", "closed"):
-        raise ValueError("must be open or closed")
-    return value
-
-
-def _slas(value: str) -> tuple[tuple[str, float], ...]:
-    """`chat-demo=1500,sentiment-demo=200`: milliseconds per model name."""
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, ms = item.partition("=")
-        try:
-            number = float(ms)
-        except ValueError:
-            number = float("nan")
-        if not sep or not name.strip() or not number > 0 or number == float("inf"):
-            raise ValueError(f"{item!r} is not MODEL=MILLISECONDS")
-        out.append((name.strip(), number))
-    return tuple(out)
-
-
-def _amqp_url(value: str) -> str | None:
-    """`amqp://user:password@host:5672/vhost` (amqps:// for TLS)."""
-    value = value.strip()
-    if not value:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-        raise _Reason("must be a URL such as amqp://user:password@host:5672/%2F")
-    _port_of(parts)
-    return value
-
-
-def _database_url(value: str) -> str | None:
-    value = value.strip()
-    if value and "://" not in value:
-        raise _Reason("must be a URL such as postgresql://user@host/db")
-    return value or None
-
-
-def _optional_url(value: str) -> str | None:
-    value = value.strip()
-    return _http_url(value) if value else None
-
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def _gateway_name(value: str) -> str | None:
-    value = value.strip()
-    if value and not _NAME_RE.match(value):
-        raise ValueError("must be 1-128 letters, digits and . _ - (a host name works)")
-    return value or None
-
-
-def _readable_file(value: str) -> str | None:
-    value = value.strip()
-    if not value:
-        return None
-    if not os.path.isfile(value) or not os.access(value, os.R_OK):
-        raise ValueError(f"{value!r} is not a readable file")
-    return os.path.abspath(value)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One gateway's access log: `name` goes into the `gateway` column."""
-    name: str
-    path: Path
-
-
-def parse_sources(value: str) -> tuple[Source, ...]:
-    """`name=/path/access.log,other=/path2/access.log` (a bare path names itself)."""
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, path = item.partition("=")
-        if not sep:
-            name, path = item, item
-        if not name.strip() or not path.strip():
-            raise ValueError(f"{item!r} is not NAME=PATH")
-        out.append(Source(name.strip()[:256], Path(path.strip())))
-    return tuple(out)
+from control_plane.settings import parsers
+from control_plane.settings.parsers import SettingsError
 
 
 def setting(variable: str, parse: Callable[[str], Any], default: Any, meaning: str, *,
@@ -265,215 +27,215 @@ def setting(variable: str, parse: Callable[[str], Any], default: Any, meaning: s
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = setting(
-        "DATABASE_URL", _database_url, None,
+        "DATABASE_URL", parsers.database_url, None,
         "PostgreSQL URL",
         default_words="private cluster under `var/pg` (`sluice up` only)", secret=True)
     admin_token: str | None = setting(
-        "SLUICE_ADMIN_TOKEN", _str, None,
+        "SLUICE_ADMIN_TOKEN", parsers.text, None,
         "bearer token of the admin API",
         default_words="generated into `var/secrets.json` by `sluice up`", secret=True)
     gateway_token: str | None = setting(
-        "SLUICE_GATEWAY_TOKEN", _str, None,
+        "SLUICE_GATEWAY_TOKEN", parsers.text, None,
         "token of the gateways' internal listeners (and of gateway "
         "registration)",
         default_words="generated likewise", secret=True)
     gateways: tuple[str, ...] = setting(
-        "SLUICE_GATEWAYS", _url_list, (),
+        "SLUICE_GATEWAYS", parsers.url_list, (),
         "comma-separated internal URLs the controller pushes to, beside "
         "the gateways that register themselves (`sluice up`'s does)")
     api_host: str = setting(
-        "SLUICE_API_HOST", _str, "127.0.0.1",
+        "SLUICE_API_HOST", parsers.text, "127.0.0.1",
         "address the admin API listens on")
     api_port: int = setting(
-        "SLUICE_API_PORT", _port, 8080,
+        "SLUICE_API_PORT", parsers.port, 8080,
         "port of the admin API and UI")
     gateway_port: int = setting(
-        "SLUICE_GATEWAY_PORT", _port, 8000,
+        "SLUICE_GATEWAY_PORT", parsers.port, 8000,
         "the gateway's public plain-HTTP port")
     internal_port: int = setting(
-        "SLUICE_INTERNAL_PORT", _port, 8001,
+        "SLUICE_INTERNAL_PORT", parsers.port, 8001,
         "the gateway's internal listener (pushes, `/metrics`, stats)")
     # `sluice gateway` / `sluice up`: where nginx listens, and how much of each request
     # body its access log keeps (PII-masked; 0 = none)
     gateway_host: str = setting(
-        "SLUICE_GATEWAY_HOST", _str, "0.0.0.0",
+        "SLUICE_GATEWAY_HOST", parsers.text, "0.0.0.0",
         "address `sluice gateway` serves callers on",
         default_words="0.0.0.0 (`sluice up`: 127.0.0.1)")
     internal_host: str = setting(
-        "SLUICE_INTERNAL_HOST", _str, "127.0.0.1",
+        "SLUICE_INTERNAL_HOST", parsers.text, "127.0.0.1",
         "address of the internal listener: loopback or a private "
         "interface only")
     # The public HTTPS listener (HTTP/2 by ALPN): on when a certificate is named. The
     # certificate file is PEM, the server's first, then any intermediates (a chain);
     # the key file PEM too. `gateway_plain` false turns the plain HTTP listener off.
     tls_cert: str | None = setting(
-        "SLUICE_TLS_CERT", _str, None,
+        "SLUICE_TLS_CERT", parsers.text, None,
         "PEM certificate chain (server's first) of the gateway's HTTPS "
         "listener; set with `SLUICE_TLS_KEY` to turn HTTPS on",
         default_words="none (`sluice up`: its demo certificate under `var/tls`)")
     tls_key: str | None = setting(
-        "SLUICE_TLS_KEY", _str, None,
+        "SLUICE_TLS_KEY", parsers.text, None,
         "PEM key of the gateway's HTTPS listener",
         default_words="none (`sluice up`: its demo key)")
     gateway_tls_port: int = setting(
-        "SLUICE_GATEWAY_TLS_PORT", _port, 8443,
+        "SLUICE_GATEWAY_TLS_PORT", parsers.port, 8443,
         "the gateway's HTTPS port (HTTP/2 by ALPN)")
     gateway_plain: bool = setting(
-        "SLUICE_GATEWAY_PLAIN", _bool, True,
+        "SLUICE_GATEWAY_PLAIN", parsers.flag, True,
         "`off`: no plain HTTP listener, HTTPS only (needs "
         "`SLUICE_TLS_CERT`)")
     log_excerpts: int = setting(
-        "SLUICE_LOG_EXCERPTS", _chars, 0,
+        "SLUICE_LOG_EXCERPTS", parsers.chars, 0,
         "characters of each request body kept in the access log, with "
         "e-mail addresses, phone, national ID and card numbers masked; "
         "0 keeps none")
     # cluster mode: limits and quotas shared by every gateway through one Redis;
     # what a gateway does while Redis fails (see docs/contracts.md, "Cluster mode")
     redis_url: str | None = setting(
-        "SLUICE_REDIS_URL", _redis_url, None,
+        "SLUICE_REDIS_URL", parsers.redis_url, None,
         "`redis://[[user]:password@]host[:port][/db]`: cluster mode, rate "
         "limits and quotas shared by every gateway using it",
         default_words="none (limits per gateway)", secret=True)
     redis_failure: str = setting(
-        "SLUICE_REDIS_FAILURE", _redis_failure, "open",
+        "SLUICE_REDIS_FAILURE", parsers.redis_failure, "open",
         "while Redis fails: `open` = each gateway's own counters "
         "decide, `closed` = limited requests get 503")
     controller_interval: float = setting(
-        "SLUICE_CONTROLLER_INTERVAL", _positive_float, 0.5,
+        "SLUICE_CONTROLLER_INTERVAL", parsers.positive_float, 0.5,
         "seconds between the controller's checks for a new "
         "config version")
     push_timeout: float = setting(
-        "SLUICE_PUSH_TIMEOUT", _positive_float, 5.0,
+        "SLUICE_PUSH_TIMEOUT", parsers.positive_float, 5.0,
         "seconds one push to a gateway may take")
     # the file named by SLUICE_CONFIG (below: read before the others, which it overlays)
     config_file: str | None = None
     secret_key: str | None = setting(
-        "SLUICE_SECRET_KEY", _str, None,
+        "SLUICE_SECRET_KEY", parsers.text, None,
         "signs the admin UI's session cookies",
         default_words="generated by `sluice up` (otherwise derived from the admin "
         "token)", secret=True)
     cookie_secure: bool = setting(
-        "SLUICE_COOKIE_SECURE", _bool, False,
+        "SLUICE_COOKIE_SECURE", parsers.flag, False,
         "mark the session cookie `Secure`; set it when the UI is "
         "served over HTTPS")
     # log shipping (control_plane/controller/ship_loop.py): gateways' access logs on this host
     access_logs: tuple[Any, ...] = setting(
-        "SLUICE_ACCESS_LOGS", parse_sources, (),
+        "SLUICE_ACCESS_LOGS", parsers.parse_sources, (),
         "`name=/path/to/access.log,…`: gateway access logs on this host "
         "the controller or `sluice shipper` ships to PostgreSQL",
         default_words="none (`sluice up`: its gateway's)")
     ship_interval: float = setting(
-        "SLUICE_SHIP_INTERVAL", _positive_float, 1.0,
+        "SLUICE_SHIP_INTERVAL", parsers.positive_float, 1.0,
         "seconds between log shipping passes when idle")
     # OTLP/HTTP endpoint the shipper exports one span per request to (clients/tracing.py)
     otlp_endpoint: str | None = setting(
-        "SLUICE_OTLP_ENDPOINT", _optional_url, None,
+        "SLUICE_OTLP_ENDPOINT", parsers.optional_url, None,
         "OTLP/HTTP collector, e.g. `http://otel:4318` (`/v1/traces` is "
         "added): the log shipper exports one span per request",
         default_words="none (no export)")
     log_retention_days: float = setting(
-        "SLUICE_LOG_RETENTION_DAYS", _positive_float, 30.0,
+        "SLUICE_LOG_RETENTION_DAYS", parsers.positive_float, 30.0,
         "inference log rows older than this many days are deleted")
     controller_metrics_port: int | None = setting(
-        "SLUICE_CONTROLLER_METRICS_PORT", _port, None,
+        "SLUICE_CONTROLLER_METRICS_PORT", parsers.port, None,
         "port of the controller's Prometheus metrics",
         default_words="off (`sluice up`: 8002)")
     controller_metrics_host: str = setting(
-        "SLUICE_CONTROLLER_METRICS_HOST", _str, "127.0.0.1",
+        "SLUICE_CONTROLLER_METRICS_HOST", parsers.text, "127.0.0.1",
         "address of the controller's metrics")
     model_slas: tuple[tuple[str, float], ...] = setting(
-        "SLUICE_MODEL_SLA", _slas, (),   # (model name, ms)
+        "SLUICE_MODEL_SLA", parsers.slas, (),   # (model name, ms)
         "`model=milliseconds,…`: latency objectives, exported for the "
         "p99 alert")
     # scaling signals (services/scaling.py)
     scale_window: float = setting(
-        "SLUICE_SCALE_WINDOW", _positive_float, 60.0,
+        "SLUICE_SCALE_WINDOW", parsers.positive_float, 60.0,
         "seconds of inference logs the scaling signals look at")
     scale_down_rpm: float = setting(
-        "SLUICE_SCALE_DOWN_RPM", _positive_float, 10.0,
+        "SLUICE_SCALE_DOWN_RPM", parsers.positive_float, 10.0,
         "`down` below this many requests per minute …")
     scale_down_gpu: float = setting(
-        "SLUICE_SCALE_DOWN_GPU", _positive_float, 0.15,
+        "SLUICE_SCALE_DOWN_GPU", parsers.positive_float, 0.15,
         "… and GPU utilisation below this fraction (never without "
         "telemetry)")
     scale_up_rps: float = setting(
-        "SLUICE_SCALE_UP_RPS", _positive_float, 50.0,
+        "SLUICE_SCALE_UP_RPS", parsers.positive_float, 50.0,
         "`up` at this many requests per second or more …")
     scale_up_p99_ms: float = setting(
-        "SLUICE_SCALE_UP_P99_MS", _positive_float, 2000.0,
+        "SLUICE_SCALE_UP_P99_MS", parsers.positive_float, 2000.0,
         "… and a p99 latency of this many milliseconds or more")
     scaling_webhook: str | None = setting(
-        "SLUICE_SCALING_WEBHOOK", _webhook_url, None,
+        "SLUICE_SCALING_WEBHOOK", parsers.webhook_url, None,
         "URL the controller POSTs changed scaling recommendations to", secret=True)
 
     # Scheduling (issue 5): agents' token, telemetry staleness, the weight loop.
     agent_token: str | None = setting(
-        "SLUICE_AGENT_TOKEN", _str, None,
+        "SLUICE_AGENT_TOKEN", parsers.text, None,
         "token agents use for `POST /api/v1/telemetry` (API and "
         "`sluice agent`)",
         default_words="none (only the admin token is accepted)", secret=True)
     telemetry_stale_after: float = setting(
-        "SLUICE_TELEMETRY_STALE_AFTER", _positive_float, 15.0,
+        "SLUICE_TELEMETRY_STALE_AFTER", parsers.positive_float, 15.0,
         "seconds without a report before a GPU is stale (it "
         "no longer steers traffic)")
     weights_interval: float = setting(
-        "SLUICE_WEIGHTS_INTERVAL", _positive_float, 1.0,
+        "SLUICE_WEIGHTS_INTERVAL", parsers.positive_float, 1.0,
         "seconds between weight computations and pushes")
     weight_coefficients: tuple[float, float, float] = setting(
-        "SLUICE_WEIGHT_COEFFICIENTS", _coefficients, (0.6, 0.3, 0.1),
+        "SLUICE_WEIGHT_COEFFICIENTS", parsers.coefficients, (0.6, 0.3, 0.1),
         "default memory, success, latency coefficients of the "
         "weight formula")
     # Usage (issue 3): seconds between collections of the gateways' usage counters.
     usage_interval: float = setting(
-        "SLUICE_USAGE_INTERVAL", _positive_float, 1.0,
+        "SLUICE_USAGE_INTERVAL", parsers.positive_float, 1.0,
         "seconds between collections of the gateways' usage counters "
         "(and pushes of the fleet's usage back)")
     # Active health checks of the backends (control_plane/controller/health_loop.py).
     health_interval: float = setting(
-        "SLUICE_HEALTH_INTERVAL", _positive_float, 2.0,
+        "SLUICE_HEALTH_INTERVAL", parsers.positive_float, 2.0,
         "seconds between backend readiness probes")
     health_timeout: float = setting(
-        "SLUICE_HEALTH_TIMEOUT", _positive_float, 1.0,
+        "SLUICE_HEALTH_TIMEOUT", parsers.positive_float, 1.0,
         "seconds each readiness probe may take")
 
     # Circuit breaker of every backend, pushed in the snapshot's "breaker" section:
     # open when more than `error_rate` of at least `min_requests` requests failed
     # within `window_s`; after `cooldown_s`, `probes` requests test it (half-open).
     breaker_window_s: float = setting(
-        "SLUICE_BREAKER_WINDOW_S", _positive_float, 60.0,
+        "SLUICE_BREAKER_WINDOW_S", parsers.positive_float, 60.0,
         "circuit breaker: seconds of outcomes it judges")
     breaker_error_rate: float = setting(
-        "SLUICE_BREAKER_ERROR_RATE", _fraction, 0.3,
+        "SLUICE_BREAKER_ERROR_RATE", parsers.fraction, 0.3,
         "circuit breaker: opens above this share of failures …")
     breaker_min_requests: int = setting(
-        "SLUICE_BREAKER_MIN_REQUESTS", _count, 20,
+        "SLUICE_BREAKER_MIN_REQUESTS", parsers.count, 20,
         "… of at least this many requests in the window")
     breaker_cooldown_s: float = setting(
-        "SLUICE_BREAKER_COOLDOWN_S", _positive_float, 30.0,
+        "SLUICE_BREAKER_COOLDOWN_S", parsers.positive_float, 30.0,
         "circuit breaker: seconds open before probing")
     breaker_probes: int = setting(
-        "SLUICE_BREAKER_PROBES", _count, 1,
+        "SLUICE_BREAKER_PROBES", parsers.count, 1,
         "circuit breaker: requests let through half-open")
 
     # `sluice up` restarts a child that died after `restart_backoff` seconds, doubling
     # with each death in a row up to `restart_backoff_max`; a child that stayed up
     # `restart_reset_after` seconds starts over at `restart_backoff`.
     restart_backoff: float = setting(
-        "SLUICE_RESTART_BACKOFF", _positive_float, 1.0,
+        "SLUICE_RESTART_BACKOFF", parsers.positive_float, 1.0,
         "`sluice up`: seconds before restarting a dead child, "
         "doubling with each death in a row …")
     restart_backoff_max: float = setting(
-        "SLUICE_RESTART_BACKOFF_MAX", _positive_float, 30.0,
+        "SLUICE_RESTART_BACKOFF_MAX", parsers.positive_float, 30.0,
         "… up to this many seconds")
     restart_reset_after: float = setting(
-        "SLUICE_RESTART_RESET_AFTER", _positive_float, 30.0,
+        "SLUICE_RESTART_RESET_AFTER", parsers.positive_float, 30.0,
         "a child up this many seconds starts over at the first "
         "delay")
     # The admin API's connections: how long to wait for PostgreSQL to accept one
     # before answering 503 database_unavailable (and /readyz 503); whole seconds,
     # libpq's minimum is 2.
     db_connect_timeout: int = setting(
-        "SLUICE_DB_CONNECT_TIMEOUT", _count, 3,
+        "SLUICE_DB_CONNECT_TIMEOUT", parsers.count, 3,
         "whole seconds the admin API waits for a PostgreSQL "
         "connection before answering 503 (libpq's minimum is 2; a "
         "`connect_timeout` in `DATABASE_URL` wins)")
@@ -483,44 +245,44 @@ class Settings:
     # `heartbeat_interval`; a member silent for `gateway_ttl` is stale (not pushed to),
     # for `gateway_gone_after` (default 10 x TTL) gone. Rows are kept.
     control_plane_url: str | None = setting(
-        "SLUICE_CONTROL_PLANE_URL", _optional_url, None,
+        "SLUICE_CONTROL_PLANE_URL", parsers.optional_url, None,
         "admin API base URL `sluice gateway` registers and "
         "heartbeats at, with the gateway token",
         default_words="none (no registration; `sluice up`: its admin API)")
     gateway_name: str | None = setting(
-        "SLUICE_GATEWAY_NAME", _gateway_name, None,
+        "SLUICE_GATEWAY_NAME", parsers.gateway_name, None,
         "the name a gateway registers under (unique in the fleet)",
         default_words="the host name")
     advertise_url: str | None = setting(
-        "SLUICE_GATEWAY_ADVERTISE_URL", _optional_url, None,
+        "SLUICE_GATEWAY_ADVERTISE_URL", parsers.optional_url, None,
         "internal URL the controller reaches this gateway at",
         default_words="the internal listener (this host's address when it "
         "listens on 0.0.0.0)")
     heartbeat_interval: float = setting(
-        "SLUICE_HEARTBEAT_INTERVAL", _positive_float, 5.0,
+        "SLUICE_HEARTBEAT_INTERVAL", parsers.positive_float, 5.0,
         "seconds between a gateway's heartbeats")
     gateway_ttl: float = setting(
-        "SLUICE_GATEWAY_TTL", _positive_float, 15.0,
+        "SLUICE_GATEWAY_TTL", parsers.positive_float, 15.0,
         "seconds of silence after which a member is `stale` (no longer "
         "pushed to)")
     gateway_gone_after: float | None = setting(
-        "SLUICE_GATEWAY_GONE_AFTER", _positive_float, None,
+        "SLUICE_GATEWAY_GONE_AFTER", parsers.positive_float, None,
         "seconds of silence after which a member is `gone` (its "
         "row is kept)",
         default_words="10 × `SLUICE_GATEWAY_TTL`")
     # Optional TLS on the gateway's internal listener (PEM files), and the CA the
     # control plane's GatewayClient verifies https:// internal URLs against.
     internal_tls_cert: str | None = setting(
-        "SLUICE_INTERNAL_TLS_CERT", _readable_file, None,
+        "SLUICE_INTERNAL_TLS_CERT", parsers.readable_file, None,
         "PEM file: TLS certificate of the gateway's internal "
         "listener",
         default_words="none (plain HTTP)")
     internal_tls_key: str | None = setting(
-        "SLUICE_INTERNAL_TLS_KEY", _readable_file, None,
+        "SLUICE_INTERNAL_TLS_KEY", parsers.readable_file, None,
         "PEM file: its key",
         default_words="none")
     internal_ca: str | None = setting(
-        "SLUICE_INTERNAL_CA", _readable_file, None,
+        "SLUICE_INTERNAL_CA", parsers.readable_file, None,
         "PEM CA the control plane (and the gateway itself) verifies "
         "https:// internal listeners against",
         default_words="none (system store)")
@@ -528,10 +290,10 @@ class Settings:
     # Admin UI sign-in: this many wrong passwords in a row lock the account for
     # `admin_lockout_s` seconds (a correct password resets the count).
     admin_login_attempts: int = setting(
-        "SLUICE_ADMIN_LOGIN_ATTEMPTS", _count, 5,
+        "SLUICE_ADMIN_LOGIN_ATTEMPTS", parsers.count, 5,
         "wrong admin UI passwords in a row that lock the account")
     admin_lockout_s: float = setting(
-        "SLUICE_ADMIN_LOCKOUT_S", _positive_float, 300.0,
+        "SLUICE_ADMIN_LOCKOUT_S", parsers.positive_float, 300.0,
         "seconds a locked admin UI account stays locked")
 
     # Async jobs and the Batch API (docs/contracts.md, "Async jobs"): the broker
@@ -541,39 +303,39 @@ class Settings:
     # the worker's timeout for the gateway's answer), how long a saturated model's job
     # keeps waiting before it fails, how often workers sweep for jobs a broker lost.
     amqp_url: str | None = setting(
-        "SLUICE_AMQP_URL", _amqp_url, None,
+        "SLUICE_AMQP_URL", parsers.amqp_url, None,
         "`amqp://user:password@host:5672/vhost` (`amqps://` for TLS): the "
         "broker async jobs are queued in",
         default_words="none (`sluice up`: a private RabbitMQ under `var/rabbitmq`)", secret=True)
     jobs_url: str | None = setting(
-        "SLUICE_JOBS_URL", _optional_url, None,
+        "SLUICE_JOBS_URL", parsers.optional_url, None,
         "where `sluice gateway` hands async requests (`Prefer: "
         "respond-async`, `/v1/jobs`, `/v1/files`, `/v1/batches`)",
         default_words="`http://<SLUICE_API_HOST or 127.0.0.1>:<SLUICE_API_PORT>`")
     worker_gateway_url: str | None = setting(
-        "SLUICE_WORKER_GATEWAY_URL", _optional_url, None,
+        "SLUICE_WORKER_GATEWAY_URL", parsers.optional_url, None,
         "the gateway `sluice worker` sends jobs through",
         default_words="`http://127.0.0.1:<SLUICE_GATEWAY_PORT>`")
     job_lease_s: float = setting(
-        "SLUICE_JOB_LEASE_S", _positive_float, 660.0,
+        "SLUICE_JOB_LEASE_S", parsers.positive_float, 660.0,
         "seconds a running job is a worker's before another may take it "
         "over; also bounds the worker's wait for the gateway")
     job_wait_max_s: float = setting(
-        "SLUICE_JOB_WAIT_MAX_S", _positive_float, 3600.0,
+        "SLUICE_JOB_WAIT_MAX_S", parsers.positive_float, 3600.0,
         "seconds a job may keep waiting for room in its model's pool "
         "before it fails")
     job_sweep_interval: float = setting(
-        "SLUICE_JOB_SWEEP_INTERVAL", _positive_float, 2.0,
+        "SLUICE_JOB_SWEEP_INTERVAL", parsers.positive_float, 2.0,
         "seconds between sweeps for jobs a broker lost or a dead "
         "worker held")
     # Webhooks: retried with exponential backoff and jitter for this long, then failed;
     # callback URLs to loopback, link-local and private addresses only when allowed.
     webhook_retry_for_s: float = setting(
-        "SLUICE_WEBHOOK_RETRY_FOR_S", _positive_float, 3600.0,
+        "SLUICE_WEBHOOK_RETRY_FOR_S", parsers.positive_float, 3600.0,
         "seconds a webhook delivery is retried (exponential "
         "backoff with jitter) before it is marked failed")
     webhook_allow_private: bool = setting(
-        "SLUICE_WEBHOOK_ALLOW_PRIVATE", _bool, False,
+        "SLUICE_WEBHOOK_ALLOW_PRIVATE", parsers.flag, False,
         "allow callback URLs to loopback, link-local and "
         "private addresses (refused by default: SSRF)")
 
@@ -625,61 +387,3 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
 DESCRIPTIONS: dict[str, str] = {
     **{name: f.metadata["meaning"] for name, f in VARIABLES.items()},
     **{name: meaning for name, (_default, meaning) in OTHER_VARIABLES.items()}}
-
-
-def read_config_file(path: str) -> dict[str, str]:
-    """Parse `KEY=VALUE` lines; blank lines and `#` comments are skipped."""
-    values: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError as exc:
-        raise SettingsError(f"SLUICE_CONFIG: cannot read {path}: {exc.strerror}") from exc
-    for lineno, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SettingsError(f"SLUICE_CONFIG: {path}:{lineno}: expected KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key] = value
-    return values
-
-
-def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
-    """Build Settings from `environ`, overlaid by the file named in SLUICE_CONFIG."""
-    merged = dict(environ)
-    config_file = _str(merged.get("SLUICE_CONFIG", ""))
-    if config_file:
-        merged.update(read_config_file(config_file))
-    kwargs: dict[str, Any] = {"config_file": config_file}
-    for name, f in VARIABLES.items():
-        raw = merged.get(name)
-        if raw is None:
-            continue
-        try:
-            value = f.metadata["parse"](raw)
-        except ValueError as exc:
-            if f.metadata["secret"]:
-                reason = str(exc) if isinstance(exc, _Reason) else "is not valid"
-                raise SettingsError(f"{name}=<redacted>: {reason}") from None
-            # int()/float() messages are Python jargon; say what we expected instead
-            reason = str(exc)
-            if reason.startswith(("invalid literal", "could not convert")):
-                reason = "expected a number"
-            raise SettingsError(f"{name}={raw!r}: {reason}") from None
-        if value is not None:
-            kwargs[f.name] = value
-    if bool(kwargs.get("tls_cert")) != bool(kwargs.get("tls_key")):
-        raise SettingsError("SLUICE_TLS_CERT and SLUICE_TLS_KEY: set both (the certificate "
-                            "chain and its key) or neither")
-    if not kwargs.get("gateway_plain", True) and not kwargs.get("tls_cert"):
-        raise SettingsError("SLUICE_GATEWAY_PLAIN=off needs SLUICE_TLS_CERT and "
-                            "SLUICE_TLS_KEY: the gateway would have no public listener")
-    return Settings(**kwargs)
