@@ -7,6 +7,8 @@ are described in ``control_plane/demo/protocols.py``):
 - ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming,
   ``control_plane/demo/openai_chat.py``) and ``GET /v1/models``. The answer echoes the
   last user message as ``"echo: <text>"``.
+- ``anthropic``: Anthropic's ``POST /v1/messages`` (plain and SSE streaming, tool use;
+  ``control_plane/demo/anthropic_messages.py``).
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
@@ -49,10 +51,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import metrics, openai_chat, protocols, readiness
+from control_plane.demo import anthropic_messages, metrics, openai_chat, protocols, readiness
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
-PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
+PROTOCOLS = ("openai", "predict", "anthropic") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
@@ -203,7 +205,9 @@ class DemoHandler(BaseHTTPRequestHandler):
         if body is not None:
             self._send_json(status, body)
             return
-        if self.server.protocol == "openai":
+        if self.server.protocol == "anthropic":
+            body = anthropic_messages.error_body(status, message)
+        elif self.server.protocol == "openai":
             body = {"error": {"message": message,
                               "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
                               "param": None, "code": status}}
@@ -293,6 +297,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
                     openai_chat.chat_completions(self, body)
+                return
+            if self.server.protocol == "anthropic" and path == anthropic_messages.PATH:
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    anthropic_messages.messages(self, body)
                 return
             match = PREDICT_PATH.match(path)
             if self.server.protocol == "predict" and match:

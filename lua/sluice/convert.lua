@@ -37,6 +37,7 @@ local CALLERS = {
     infer = require("sluice.adapters.infer"),
     predict = require("sluice.adapters.predict"),
     kserve_v2 = require("sluice.adapters.kserve_v2"),
+    anthropic = require("sluice.adapters.anthropic"),
 }
 
 local BACKENDS = {
@@ -45,7 +46,10 @@ local BACKENDS = {
     kserve_v2 = CALLERS.kserve_v2,
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
+    anthropic = CALLERS.anthropic,
 }
+-- the backend protocols that take chat work whole (messages, tools)
+local CHAT = { openai = true, anthropic = true }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine
 -- (the gateway checked it), so the backend refusing ours is the gateway's problem.
@@ -60,6 +64,7 @@ function _M.native_path(endpoint, model_name)
     if name == "chat" then return "/v1/chat/completions" end
     if name == "completions" then return "/v1/completions" end
     if name == "embeddings" then return "/v1/embeddings" end
+    if name == "messages" then return "/v1/messages" end
     if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
     return "/v1/models/" .. escape_uri(model_name) .. "/predict"
 end
@@ -69,6 +74,9 @@ end
 function _M.prepare(ctx, endpoint, doc, model_name, pool)
     local protocol = pool.protocol
     if endpoint.native == protocol then
+        if protocol == "anthropic" then
+            BACKENDS.anthropic.headers()
+        end
         return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
@@ -76,14 +84,20 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
                .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
     end
     local caller = CALLERS[endpoint.caller]
-    local ireq, err = caller.decode(endpoint, doc, model_name)
+    local ireq, err, param = caller.decode(endpoint, doc, model_name)
     if not ireq then
-        return 400, "invalid_request", err
+        return 400, "invalid_request", err, param and { param = param }
     end
+    if ireq.tools and not CHAT[protocol] then
+        return 400, "invalid_request", "model " .. model_name .. " cannot call tools (its "
+               .. "backends speak " .. protocol .. ")", { param = "tools" }
+    end
+    local model = ctx.model
+    ireq.max_output = model and model.max_output_tokens   -- max_tokens when none is asked
     local backend = BACKENDS[protocol]
-    local path, body = backend.request(ireq, pool, model_name)
+    local path, body, bparam = backend.request(ireq, pool, model_name)
     if not path then
-        return 400, "invalid_request", body
+        return 400, "invalid_request", body, bparam and { param = bparam }
     end
     local raw, eerr = cjson.encode(body)
     if not raw then
@@ -198,15 +212,22 @@ local function finish(conv, raw)
     else
         err = "answer is not a JSON object"
     end
-    if not ires or ires.outputs[1] == nil then
+    local caller = conv.caller
+    local out
+    if ires and ires.outputs[1] ~= nil then
+        if conv.sse then
+            out, err = (caller.synthesize or sse.synthesize)(ireq, ires, conv)
+        else
+            out, err = caller.respond(ireq, ires)
+            out = out and cjson.encode(out) .. "\n"
+        end
+    end
+    if not out then
         conv.failed = err or "answer holds no outputs"
         local body = failure(conv.failed)
-        return conv.sse and sse.error_event(body) or body .. "\n"
+        return conv.sse and (caller.error_event or sse.error_event)(body) or body .. "\n"
     end
-    if conv.sse then
-        return sse.synthesize(ireq, ires)
-    end
-    return cjson.encode(conv.caller.respond(ireq, ires)) .. "\n"
+    return out
 end
 
 function _M.body_filter(ctx)
@@ -216,7 +237,7 @@ function _M.body_filter(ctx)
     end
     local data, eof = ngx.arg[1], ngx.arg[2]
     if conv.frames and not conv.error then
-        ngx.arg[1] = sse.frames(conv, data, eof, failure)
+        ngx.arg[1] = (conv.caller.frames or sse.frames)(conv, data, eof, failure)
         return
     end
     if conv.size == nil then

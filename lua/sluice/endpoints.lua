@@ -6,6 +6,8 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/messages                   anthropic  chat        model in body
+--   POST /v1/messages/count_tokens      anthropic  (answered by the gateway)
 --   GET  /v1/models[/{model}]           the models the key may use
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
@@ -27,6 +29,10 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    ["/v1/messages"] = { name = "messages", caller = "anthropic", kind = "chat", llm = true,
+                         native = "anthropic" },
+    ["/v1/messages/count_tokens"] = { name = "count_tokens", caller = "anthropic",
+                                      kind = "chat", answered = true },
     ["/v1/predict"] = { name = "unified", caller = "unified", kind = "predict" },
     ["/v1/models"] = { name = "models", method = "GET" },
 }

@@ -8,6 +8,7 @@ local ngx = ngx
 local ngx_time = ngx.time
 local type = type
 local ipairs = ipairs
+local pairs = pairs
 
 local json_null = cjson.null
 local is_list = common.is_list
@@ -84,8 +85,12 @@ _M.response_id = response_id
 function _M.respond(ireq, ires)
     local choices = {}
     if ireq.kind == "chat" then
-        choices[1] = { index = 0, finish_reason = "stop",
-                       message = { role = "assistant", content = text(ires.outputs[1]) } }
+        local msg = { role = "assistant", content = text(ires.outputs[1]) }
+        if ires.tool_calls then   -- a converted backend's tool calls
+            msg.tool_calls = ires.tool_calls
+            if msg.content == "" then msg.content = json_null end
+        end
+        choices[1] = { index = 0, finish_reason = ires.finish or "stop", message = msg }
     else
         for i, out in ipairs(ires.outputs) do
             choices[i] = { index = i - 1, text = text(out), finish_reason = "stop",
@@ -105,9 +110,18 @@ end
 -- ---- backend side ---------------------------------------------------------------
 
 -- Internal request -> backend path and body, or nil, message (a 400: impossible pair).
--- Only non-native kinds get here ("predict"); OpenAI callers reach an OpenAI backend
--- unchanged.
+-- OpenAI callers reach an OpenAI backend unchanged; here come the predict-style
+-- kinds, and chat work of other callers (Anthropic's: ireq.params is an OpenAI chat
+-- body, adapters/anthropic_convert.lua), sent as it is.
 function _M.request(ireq, _, model_name)
+    if ireq.kind == "chat" and ireq.messages then
+        local body = {}
+        for k, v in pairs(ireq.params) do
+            body[k] = v
+        end
+        body.model = model_name
+        return "/v1/chat/completions", body
+    end
     if #ireq.inputs ~= 1 or type(ireq.inputs[1]) ~= "string" then
         return nil, "model " .. model_name .. " is a chat model: send exactly one text input"
     end
@@ -124,6 +138,10 @@ function _M.response(doc)
     end
     local msg = choices[1].message
     local content = type(msg) == "table" and msg.content or choices[1].text
+    local calls = type(msg) == "table" and is_list(msg.tool_calls) and msg.tool_calls or nil
+    if calls and (content == nil or content == json_null) then
+        content = ""
+    end
     if type(content) ~= "string" then
         return nil, "answer has no text content"
     end
@@ -131,7 +149,47 @@ function _M.response(doc)
     if type(usage) ~= "table" or type(usage.prompt_tokens) ~= "number" then
         usage = nil
     end
-    return { outputs = { content }, usage = usage }
+    local finish = choices[1].finish_reason
+    return { outputs = { content }, usage = usage, tool_calls = calls,
+             finish = type(finish) == "string" and finish or nil }
+end
+
+-- Chat work of another caller streams from the backend (see request).
+function _M.streams(ireq)
+    return ireq.stream == true and ireq.kind == "chat" and ireq.messages ~= nil
+end
+
+-- One chat.completion.chunk -> a stream event of adapters/sse.lua.
+function _M.frame(doc)
+    if doc.error ~= nil then
+        return nil, _M.error_message(doc) or "the backend's stream failed"
+    end
+    local ev = {}
+    if type(doc.usage) == "table" then
+        ev.usage = doc.usage
+    end
+    local choice = is_list(doc.choices) and doc.choices[1]
+    if type(choice) ~= "table" then
+        return ev
+    end
+    local d = choice.delta
+    if type(d) == "table" then
+        if type(d.content) == "string" then
+            ev.text = d.content
+        end
+        if is_list(d.tool_calls) then
+            local tools = {}
+            for i, c in ipairs(d.tool_calls) do
+                local f = type(c["function"]) == "table" and c["function"] or {}
+                tools[i] = { index = c.index, id = c.id, name = f.name, arguments = f.arguments }
+            end
+            ev.tools = tools
+        end
+    end
+    if type(choice.finish_reason) == "string" then
+        ev.finish = choice.finish_reason
+    end
+    return ev
 end
 
 function _M.error_message(doc)
