@@ -267,6 +267,16 @@ class DemoHandler(BaseHTTPRequestHandler):
                     {"id": self.server.name, "object": "model", "created": 0,
                      "owned_by": "sluice-demo"}]})
             return
+        if self.server.protocol == "anthropic" and path == "/v1/models":
+            if self.server.readiness.loading():   # the controller's probe: loading
+                self._send_error(503, "model is loading")
+            elif not self._injected_fault(inference=False):
+                self._send_json(200, {"data": [
+                    {"type": "model", "id": self.server.name, "display_name": self.server.name,
+                     "created_at": "2026-01-01T00:00:00Z"}],
+                    "has_more": False, "first_id": self.server.name,
+                    "last_id": self.server.name})
+            return
         match = MODEL_PATH.match(path)
         if self.server.protocol == "predict" and match:
             if not self._injected_fault(inference=False):
