@@ -112,6 +112,17 @@ def _demo_features(info: dict) -> None:
     assert brief.status_code == 200, brief.text
     assert brief.json()["model"] == "sentiment-demo" and brief.json()["request_id"] == rid
     assert len(brief.json()["outputs"]) == 1
+    # the Anthropic-protocol demo model, from an Anthropic caller and an OpenAI one
+    claude = info["demo_anthropic_model"]
+    msg = requests.post(info["gateway_url"] + "/v1/messages", timeout=10,
+                        headers={"x-api-key": info["demo_api_key"],
+                                 "anthropic-version": "2023-06-01"},
+                        json={"model": claude, "max_tokens": 20,
+                              "messages": [{"role": "user", "content": "hi"}]})
+    assert msg.status_code == 200, msg.text
+    assert msg.json()["content"] == [{"type": "text", "text": "echo: hi"}]
+    assert chat(info["demo_api_key"], claude).json()["choices"][0]["message"]["content"] \
+        == "echo: hi"
     # chat-slow's backend answers after its model's timeout: the fallback answers
     slow = chat(info["demo_api_key"], "chat-slow")
     assert slow.headers["X-Sluice-Fallback"] == "chat-demo"
