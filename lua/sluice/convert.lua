@@ -88,7 +88,8 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     if not ireq then
         return 400, "invalid_request", err, param and { param = param }
     end
-    if ireq.tools and not CHAT[protocol] then
+    local tools = ireq.params and ireq.params.tools
+    if tools ~= nil and tools ~= cjson.null and not CHAT[protocol] then
         return 400, "invalid_request", "model " .. model_name .. " cannot call tools (its "
                .. "backends speak " .. protocol .. ")", { param = "tools" }
     end

@@ -102,12 +102,13 @@ def entry(id, name, protocol, port, **over):
 
 
 @pytest.fixture
-def gw(gateway, helpers, anthropic_backend, scripted):
+def gw(gateway, helpers, backends, anthropic_backend, scripted):
     snap = helpers.make_snapshot(1, {
         "claude": (5000, [entry(1, "claude-b", "anthropic", anthropic_backend,
                                 auth_header="Bearer " + BACKEND_KEY)]),
         "claude-usage": (5000, [entry(2, "claude-b", "anthropic", anthropic_backend)]),
         "tools-chat": (5000, [entry(3, "scripted", "openai", scripted)]),
+        "kv1": (5000, [backends["predict-a"].entry(4)]),
     })
     snap["models"]["claude"]["max_output_tokens"] = 64
     snap["consumers"]["1"]["plan_id"] = 7      # alice on a plan: usage counted
@@ -278,3 +279,10 @@ def test_usage_is_counted_once(gw, oai, claude_client):
         s.get_final_message()                                                    # 4 + 5
     counters = gw.usage()["counters"]
     assert counters[f"{day}|1|claude-usage"] == [4, 10, 14, 24]
+
+
+def test_tools_to_a_backend_that_cannot_call_them(oai):
+    with pytest.raises(openai.BadRequestError) as exc:
+        oai.chat.completions.create(model="kv1", tools=TOOLS,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert exc.value.body["param"] == "tools"

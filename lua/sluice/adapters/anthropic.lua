@@ -54,7 +54,7 @@ function _M.decode(endpoint, doc, model)
     chat.model = model
     return { kind = endpoint.kind, model = model, params = chat, messages = chat.messages,
              inputs = { last_user_text(chat.messages) }, stream = doc.stream == true,
-             include_usage = true, meta = {}, tools = chat.tools ~= nil }
+             include_usage = true, meta = {} }
 end
 
 -- Internal response -> caller body, or nil, message (a tool call whose arguments do

@@ -174,6 +174,7 @@ function _M.frames(conv, data, eof, fail)
     local out = {}
     if not conv.started then
         conv.started = true
+        state(conv)   -- conv.texts, before sluice.relay looks
         out[1] = message_start(conv.ireq, message_id())
     end
     local payloads, err = sse.payloads(conv, data)

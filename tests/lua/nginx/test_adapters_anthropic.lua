@@ -41,7 +41,7 @@ function T.a_messages_request_becomes_a_chat_body()
             {"type": "text", "text": "thanks"}]}]}]=])
     local ireq = assert(anthropic.decode(CHAT, doc, "claude"))
     local chat = ireq.params
-    assert(ireq.kind == "chat" and ireq.stream == true and ireq.tools == true)
+    assert(ireq.kind == "chat" and ireq.stream == true)
     same(ireq.inputs, { "thanks" }, "inputs")
     same(chat.messages[1], { role = "system", content = "be brief" }, "system")
     same(chat.messages[2].content[2], { type = "image_url",
