@@ -244,3 +244,25 @@ def test_image_reaches_an_openai_backend(client):
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
         {"type": "text", "text": "what is this"}]}])
     assert msg.content[0].text == "echo: what is this"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_backends_of_other_protocols_answer(gateway, helpers, protocol_backends, stream):
+    """Triton's generate (frame by frame when streamed) and a vendor mapping."""
+    snap = helpers.make_snapshot(1, {
+        "v2": (5000, [protocol_backends["kserve_v2"].entry(1)]),
+        "va": (5000, [protocol_backends["vendor-a"].entry(2, protocol="vendor",
+                                                           mapping="vendor-a")])},
+        mappings={"vendor-a": {"path": "/generate", "request": {"text": "{{input}}"},
+                               "response": {"output": "/result/text", "error": "/err/msg"}}})
+    assert gateway.push(snap).status_code == 200
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=helpers.KEY, max_retries=0)
+    for model, want in (("v2", "v2: one two"), ("va", "A: one two")):
+        kw = dict(model=model, max_tokens=20, messages=[{"role": "user", "content": "one two"}])
+        if stream:
+            with client.messages.stream(**kw) as s:
+                msg = s.get_final_message()
+        else:
+            msg = client.messages.create(**kw)
+        assert msg.content[0].text == want, model
+        assert msg.stop_reason == "end_turn"
