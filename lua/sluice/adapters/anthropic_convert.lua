@@ -15,6 +15,8 @@ local common = require("sluice.adapters.common")
 local type = type
 local tostring = tostring
 local ipairs = ipairs
+local pairs = pairs
+local next = next
 local concat = table.concat
 local str_match = string.match
 
@@ -62,6 +64,33 @@ local function blocks_text(c, allow_other)
     return concat(parts)
 end
 _M.blocks_text = blocks_text
+
+-- A tool's JSON Schema as it can be sent again: cjson decodes [] and {} alike and
+-- writes both as {}, so an empty `required` list (the same as none) is left out
+-- rather than sent as an object, at every depth (to MAX_DEPTH). Changes `schema`.
+local MAX_DEPTH = 32
+-- keywords whose value maps names to schemas (a property may be named "required")
+local NAMED = { properties = true, patternProperties = true, ["$defs"] = true,
+                definitions = true, dependentSchemas = true }
+local function schema_of(schema, depth)
+    if type(schema) ~= "table" or depth > MAX_DEPTH then
+        return schema
+    end
+    for k, v in pairs(schema) do
+        if type(v) == "table" then
+            if k == "required" and next(v) == nil then
+                schema[k] = nil
+            elseif NAMED[k] then
+                for _, child in pairs(v) do
+                    schema_of(child, depth + 1)
+                end
+            else
+                schema_of(v, depth + 1)   -- a schema, or a list of them
+            end
+        end
+    end
+    return schema
+end
 
 -- ---- caller side: Anthropic request -> OpenAI chat body -------------------------
 
@@ -191,7 +220,7 @@ function _M.to_chat(doc)
             end
             tools[i] = { type = "function",
                          ["function"] = { name = t.name, description = t.description,
-                                          parameters = t.input_schema } }
+                                          parameters = schema_of(t.input_schema, 1) } }
         end
         chat.tools = tools
     end
@@ -288,7 +317,8 @@ local function tools_of(chat, body)
             if type(schema) ~= "table" then
                 schema = { type = "object", properties = {} }
             end
-            tools[i] = { name = f.name, description = f.description, input_schema = schema }
+            tools[i] = { name = f.name, description = f.description,
+                         input_schema = schema_of(schema, 1) }
         end
         body.tools = tools
     end

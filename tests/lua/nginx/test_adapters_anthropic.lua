@@ -59,6 +59,20 @@ function T.a_messages_request_becomes_a_chat_body()
     assert(chat.stream_options.include_usage == true)
 end
 
+function T.an_empty_required_list_is_left_out_of_tool_schemas()
+    -- cjson would write [] back as {}: an empty `required` is the same as none
+    local doc = json([=[{"messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f",
+        "input_schema": {"type": "object", "required": [], "properties": {
+            "required": {}, "o": {"type": "object", "required": [], "properties": {}}}}}]}]=])
+    local ireq = assert(anthropic.decode(CHAT, doc, "m"))
+    local p = ireq.params.tools[1]["function"].parameters
+    assert(p.required == nil and p.properties.o.required == nil)
+    same(p.properties.required, {}, "a property named required stays")
+    local body = assert(ac.from_chat(json([=[{"messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"required": []}}}]}]=]), "m"))
+    same(body.tools[1].input_schema, {})
+end
+
 function T.what_a_chat_body_cannot_carry_is_named()
     local _, err, param = anthropic.decode(CHAT, json([=[{"messages": [{"role": "user",
         "content": [{"type": "tool_result", "tool_use_id": "none", "content": "x"}]}]}]=]), "m")
