@@ -321,6 +321,10 @@ Try:
   (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
   X-Sluice-Route-Version or X-Sluice-Fallback header)
 
+Anthropic's Messages API (any chat model; {info['demo_anthropic_model']} speaks it natively):
+  curl -s {info['gateway_url']}/v1/messages -H 'x-api-key: {info['demo_api_key']}' \\
+    -H 'Content-Type: application/json' -d '{{"model": "{info['demo_anthropic_model']}", "max_tokens": 100, "messages": [{{"role": "user", "content": "hello"}}]}}'
+
 Async (202 and a job; GET the Location with the same key for the answer):
   curl -si {info['gateway_url']}/v1/chat/completions -H 'Prefer: respond-async' \
     -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \

@@ -35,6 +35,16 @@ def _https_curl(banner: str, info: dict) -> None:
     assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: hello"
 
 
+def _anthropic_curl(banner: str, info: dict) -> None:
+    """The printed Messages API call works as printed (run by a shell)."""
+    block = banner.split("Anthropic's Messages API (any chat model", 1)[1].split("\n\n", 1)[0]
+    command = block.split("\n", 1)[1].replace("\\\n", " ")
+    assert f"{info['gateway_url']}/v1/messages" in command, command
+    res = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["content"] == [{"type": "text", "text": "echo: hello"}]
+
+
 def _sign_in(info: dict) -> None:
     """The admin UI answers at ui_url and lets the printed first admin in."""
     browser = requests.Session()
@@ -180,6 +190,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         key_files = [p for p in (var / "tls").iterdir() if p.suffix == ".key"]
         assert key_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in key_files)
         _https_curl(banner, info)
+        _anthropic_curl(banner, info)
         mode = stat.S_IMODE((var / "sluice-up.json").stat().st_mode)
         assert mode == 0o600
         assert info["admin_url"].endswith("/api/v1")
