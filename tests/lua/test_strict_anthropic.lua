@@ -59,7 +59,8 @@ end
 function T.unknown_blocks_and_misplaced_ones_are_named()
     bad(msgs({ messages = json('[{"role": "user", "content": [{"type": "video"}]}]') }),
         "messages[0].content[0].type")
-    bad(msgs({ messages = json('[{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]') }),
+    bad(msgs({ messages = json([=[[{"role": "user", "content": [
+        {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]]=]) }),
         "messages[0].content[0].type")
     bad(msgs({ messages = json('[{"role": "system", "content": "x"}]') }), "messages[0].role")
     bad(msgs({ messages = json('[]') }), "messages")

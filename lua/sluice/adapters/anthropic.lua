@@ -6,12 +6,14 @@
 -- POST /v1/messages/count_tokens is answered by the gateway (count_tokens).
 --
 -- Backend side (protocol "anthropic"): any chat, completion or predict request as a
--- Messages request to POST /v1/messages, the answer and its stream back. The
+-- Messages request to POST /v1/messages (adapters/anthropic_request.lua), the answer
+-- and its stream back. The
 -- backend's key goes as X-API-Key (nginx.conf.tmpl maps the credential that
 -- sluice.config marks), with an anthropic-version when the caller sent none.
 local cjson = require("cjson.safe")
 local common = require("sluice.adapters.common")
 local ac = require("sluice.adapters.anthropic_convert")
+local to_anthropic = require("sluice.adapters.anthropic_request")
 local stream = require("sluice.adapters.anthropic_stream")
 
 local ngx = ngx
@@ -102,7 +104,7 @@ function _M.request(ireq, _, model_name)
                                  { messages = { { role = "user", content = ireq.inputs[1] } } })
         chat.stream = nil   -- a predict-style caller is answered whole
     end
-    local body, err, param = ac.from_chat(chat, model_name, ireq.max_output)
+    local body, err, param = to_anthropic.from_chat(chat, model_name, ireq.max_output)
     if not body then
         return nil, err, param
     end

@@ -4,6 +4,7 @@
 -- sides of their streams.
 local cjson = require("cjson.safe")
 local ac = require("sluice.adapters.anthropic_convert")
+local ar = require("sluice.adapters.anthropic_request")
 local anthropic = require("sluice.adapters.anthropic")
 local stream = require("sluice.adapters.anthropic_stream")
 
@@ -68,7 +69,7 @@ function T.an_empty_required_list_is_left_out_of_tool_schemas()
     local p = ireq.params.tools[1]["function"].parameters
     assert(p.required == nil and p.properties.o.required == nil)
     same(p.properties.required, {}, "a property named required stays")
-    local body = assert(ac.from_chat(json([=[{"messages": [{"role": "user", "content": "x"}],
+    local body = assert(ar.from_chat(json([=[{"messages": [{"role": "user", "content": "x"}],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"required": []}}}]}]=]), "m"))
     same(body.tools[1].input_schema, {})
 end
@@ -95,7 +96,7 @@ function T.a_chat_body_becomes_an_anthropic_request()
             {"id": "c2", "type": "function", "function": {"name": "lookup", "arguments": ""}}]},
           {"role": "tool", "tool_call_id": "c1", "content": "r1"},
           {"role": "tool", "tool_call_id": "c2", "content": "r2"}]}]=])
-    local body = assert(ac.from_chat(chat, "claude", 77))
+    local body = assert(ar.from_chat(chat, "claude", 77))
     assert(body.system == "one\n\ntwo" and body.max_tokens == 77 and body.model == "claude")
     same(body.stop_sequences, { "END" }, "stop")
     same(body.metadata, { user_id = "u1" })
@@ -116,7 +117,7 @@ function T.what_an_anthropic_backend_cannot_carry_is_named()
     local function param(extra)
         local chat = json('{"messages": [{"role": "user", "content": "hi"}]}')
         for k, v in pairs(extra) do chat[k] = v end
-        return select(3, ac.from_chat(chat, "m"))
+        return select(3, ar.from_chat(chat, "m"))
     end
     assert(param({ n = 2 }) == "n")
     assert(param({ temperature = 1.5 }) == "temperature")
@@ -127,7 +128,8 @@ function T.what_an_anthropic_backend_cannot_carry_is_named()
         "function": {"name": "f", "arguments": "[1]"}}]}]]=]) })
            == "messages[0].tool_calls[0].function.arguments")
     -- n = 1 and a plain temperature are fine; max_tokens defaults without a model limit
-    local body = assert(ac.from_chat(json('{"n": 1, "temperature": 1, "messages": [{"role": "user", "content": "x"}]}'), "m"))
+    local body = assert(ar.from_chat(json(
+        '{"n": 1, "temperature": 1, "messages": [{"role": "user", "content": "x"}]}'), "m"))
     assert(body.max_tokens == 4096)
 end
 
@@ -196,8 +198,10 @@ function T.broken_tool_arguments_fail_the_stream_both_ways()
     assert(tail == nil and err:find("not a JSON object", 1, true), err)
     -- an anthropic backend's stream: checked when the block stops
     local bconv = {}
-    assert(stream.frame(json('{"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}}'), bconv))
-    local ev = stream.frame(json('{"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\\"a\\": "}}'), bconv)
+    assert(stream.frame(json([=[{"type": "content_block_start", "index": 0,
+        "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}}]=]), bconv))
+    local ev = stream.frame(json([=[{"type": "content_block_delta", "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": "{\"a\": "}}]=]), bconv)
     assert(ev.tools[1].index == 0 and ev.tools[1].arguments == '{"a": ')
     local none, ferr = stream.frame(json('{"type": "content_block_stop", "index": 0}'), bconv)
     assert(none == nil and ferr:find("not a JSON object", 1, true), ferr)
@@ -216,7 +220,8 @@ function T.an_anthropic_backend_stream_becomes_stream_events()
         "usage": {"output_tokens": 6}}]=]), conv)
     assert(ev.finish == "stop")
     same(ev.usage, { prompt_tokens = 9, completion_tokens = 6, total_tokens = 15 })
-    local none, err = stream.frame(json('{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}'), conv)
+    local none, err = stream.frame(json(
+        '{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}'), conv)
     assert(none == nil and err:find("busy", 1, true), err)
 end
 
