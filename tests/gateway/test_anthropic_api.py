@@ -266,3 +266,16 @@ def test_text_backends_of_other_protocols_answer(gateway, helpers, protocol_back
             msg = client.messages.create(**kw)
         assert msg.content[0].text == want, model
         assert msg.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize("model", ["claude", "gpt"])
+def test_backend_errors_reach_the_client_as_its_classes(client, model):
+    """A backend's own refusals, native or converted, in Anthropic's shape."""
+    hi = dict(model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    for status, cls in ((429, anthropic.RateLimitError), (400, anthropic.BadRequestError),
+                        (500, anthropic.InternalServerError)):
+        with pytest.raises(cls) as exc:
+            client.messages.create(extra_headers={"X-Demo-Status": str(status)}, **hi)
+        body = exc.value.body
+        assert body["type"] == "error" and body["request_id"], body
+        assert "injected status" in body["error"]["message"], body
