@@ -17,6 +17,7 @@ import anthropic
 import openai
 import pytest
 import requests
+from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 
 from control_plane.runtime import procs
 
@@ -298,3 +299,23 @@ def test_tools_to_a_backend_that_cannot_call_them(oai):
         oai.chat.completions.create(model="kv1", tools=TOOLS,
                                     messages=[{"role": "user", "content": "hi"}])
     assert exc.value.body["param"] == "tools"
+
+
+def test_an_openai_agents_loop_runs_on_an_anthropic_backend(gw, helpers):
+    """The Agents SDK, unchanged: a function tool, two turns, through Sluice's chat
+    completions to the Anthropic-protocol demo backend (its tool rule)."""
+    set_tracing_disabled(True)   # no trace export: nothing outside this machine
+    asked = []
+
+    @function_tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        asked.append(query)
+        return f"found {query}"
+
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=helpers.KEY, max_retries=0)
+    agent = Agent(name="helper", instructions="be brief", tools=[lookup],
+                  model=OpenAIChatCompletionsModel(model="claude", openai_client=client))
+    result = Runner.run_sync(agent, "use a tool weather in Paris")
+    assert asked == ["weather in Paris"]
+    assert result.final_output == "tool said: found weather in Paris"
