@@ -191,6 +191,32 @@ function T.backend_frames_become_anthropic_events()
     same(got[8].data.usage, { input_tokens = 3, output_tokens = 4 })
 end
 
+function T.parallel_tool_calls_stream_as_blocks_of_their_own()
+    local conv = { ireq = { model = "m", inputs = { "q" } } }
+    local out = {}
+    assert(stream.write(conv, { tools = { { index = 0, id = "a", name = "f", arguments = "{}" } } }, out))
+    assert(stream.write(conv, { tools = { { index = 1, id = "b", name = "g", arguments = '{"x":' },
+                                          { index = 1, arguments = "2}" } } }, out))
+    local got = events(table.concat(out) .. assert(stream.ending(conv)))
+    local starts = {}
+    for _, e in ipairs(got) do
+        if e.name == "content_block_start" then
+            starts[#starts + 1] = e.data.index .. e.data.content_block.id
+        end
+    end
+    same(starts, { "0a", "1b" }, "blocks")
+    -- a delta for a call whose block has closed cannot be placed
+    local _, err = stream.write(conv, { tools = { { index = 0, arguments = "x" } } }, {})
+    assert(err and err:find("interleaved", 1, true), err)
+    -- an anthropic backend's two tool_use blocks: tool indexes 0 and 1
+    local bconv = {}
+    for i, id in ipairs({ "t0", "t1" }) do
+        local ev = stream.frame({ type = "content_block_start", index = i, content_block = {
+            type = "tool_use", id = id, name = "f", input = {} } }, bconv)
+        assert(ev.tools[1].index == i - 1 and ev.tools[1].id == id)
+    end
+end
+
 function T.broken_tool_arguments_fail_the_stream_both_ways()
     local conv = { ireq = { model = "m", inputs = { "q" } } }
     assert(stream.write(conv, { tools = { { index = 0, id = "c", name = "f", arguments = '{"a":' } } }, {}))
