@@ -133,10 +133,6 @@ local FIELDS = 16
 -- The groups made with a context, and their hash slots (the fields above).
 local MADE = { req = 8, caller = 4, target = 8, body = 4, backend = 16, cache = 8,
                fallback = 4 }
--- Every group a context keeps, emptied, when it is recycled.
-local KEPT = { "req", "caller", "target", "body", "backend", "cache", "fallback",
-               "delivery", "trace", "usage", "quota" }
-local N_KEPT = #KEPT
 
 local _M = {}
 
@@ -150,7 +146,6 @@ local registry = {}   -- ref -> ctx, per worker
 -- 64-slot table made and collected per request was about half of what a request
 -- gave LuaJIT's collector (bench/README.md, issue 13, session 7).
 local SPARE_MAX = 64
-local kept_groups = new_tab(N_KEPT, 0)   -- recycle()'s scratch list
 local spare, n_spare = {}, 0
 
 -- The groups new() makes, put into `ctx` where it lacks them; returns ctx.
@@ -258,6 +253,14 @@ function _M.finish()
     return ctx
 end
 
+-- recycle(): `group` (nil: never made), emptied, back into ctx[name].
+local function keep(ctx, name, group)
+    if group then
+        clear_tab(group)
+        ctx[name] = group
+    end
+end
+
 -- Log phase, last thing: the request's context, emptied, for a next request. Safe
 -- here: the log phase is the request's last Lua; nginx frees the request right after
 -- it, in the same call (its user threads, a relay's subrequest among them, are over
@@ -266,19 +269,24 @@ end
 -- of a request nginx refused before access.
 function _M.recycle(ctx)
     if ctx.ref and n_spare < SPARE_MAX then
-        -- the groups' own tables are kept, emptied, with it
-        local kept = kept_groups
-        for i = 1, N_KEPT do
-            kept[i] = ctx[KEPT[i]] or false
-        end
+        -- the groups' own tables are kept, emptied, with it (one by one: a loop
+        -- over their names would be a trace of its own, entered and left per request)
+        local req, caller, target, body, backend = ctx.req, ctx.caller, ctx.target,
+                                                   ctx.body, ctx.backend
+        local cache, fallback, delivery = ctx.cache, ctx.fallback, ctx.delivery
+        local trace, usage, quota = ctx.trace, ctx.usage, ctx.quota
         clear_tab(ctx)
-        for i = 1, N_KEPT do
-            local group = kept[i]
-            if group then
-                clear_tab(group)
-                ctx[KEPT[i]] = group
-            end
-        end
+        keep(ctx, "req", req)
+        keep(ctx, "caller", caller)
+        keep(ctx, "target", target)
+        keep(ctx, "body", body)
+        keep(ctx, "backend", backend)
+        keep(ctx, "cache", cache)
+        keep(ctx, "fallback", fallback)
+        keep(ctx, "delivery", delivery)
+        keep(ctx, "trace", trace)
+        keep(ctx, "usage", usage)
+        keep(ctx, "quota", quota)
         n_spare = n_spare + 1
         spare[n_spare] = ctx
     end
