@@ -30,6 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Folders in the order their modules are handed to xdist workers: the slowest first.
 _FOLDER_ORDER = ("fleet", "e2e", "integration", "gateway", "api", "deploy", "unit")
+# Modules handed out before all folders: a module runs whole on one worker, so one
+# that takes minutes (the admin API's fuzzing alone, the route split's 2,000
+# consumers) must not start near the end, where it would run alone.
+_FIRST = ("tests/api/test_openapi.py", "tests/gateway/test_route_split.py")
 
 
 def _unit_of_work(path: str) -> tuple[str, str]:
@@ -42,10 +46,16 @@ def _unit_of_work(path: str) -> tuple[str, str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Order folders slowest first (a stable sort keeps each module's own order)."""
+    """Order the longest modules first, then folders slowest first (a stable sort
+    keeps each module's own order)."""
     rank = {name: i for i, name in enumerate(_FOLDER_ORDER)}
-    items.sort(key=lambda item: rank.get(
-        _unit_of_work(Path(str(item.path)).relative_to(REPO).as_posix())[0], len(rank)))
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        path = Path(str(item.path)).relative_to(REPO).as_posix()
+        first = _FIRST.index(path) if path in _FIRST else len(_FIRST)
+        return first, rank.get(_unit_of_work(path)[0], len(rank))
+
+    items.sort(key=order)
 
 
 @pytest.hookimpl(optionalhook=True)
