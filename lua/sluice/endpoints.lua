@@ -6,6 +6,8 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/responses                  openai     chat        model in body (the
+--                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
@@ -27,6 +29,9 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    -- `api`: the caller adapter when it is not `caller` (errors stay OpenAI's)
+    ["/v1/responses"] = { name = "responses", caller = "openai", api = "responses",
+                          kind = "chat", native = "openai_responses" },
     ["/v1/predict"] = { name = "unified", caller = "unified", kind = "predict" },
     ["/v1/models"] = { name = "models", method = "GET" },
 }

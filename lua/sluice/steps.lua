@@ -23,6 +23,7 @@ local pii = require("sluice.pii")
 local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
+local carry = require("sluice.carry")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 
@@ -75,10 +76,14 @@ local function to_jobs(ctx, status, err_type, msg)
     return nil
 end
 
--- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
--- error type for OpenAI callers, so their clients read it as OpenAI's own).
+-- Strict requests (lua/sluice/strict.lua), and what the model's backends cannot
+-- carry (lua/sluice/carry.lua): nil, or 400 naming the bad param (OpenAI's error type
+-- for OpenAI callers, so their clients read it as OpenAI's own).
 local function refuse_malformed(endpoint, doc, model)
     local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        param, why = carry.check_model(endpoint, doc, model)
+    end
     if not param then
         return nil
     end
