@@ -128,6 +128,22 @@ def test_tools_to_a_predict_model_are_a_400_naming_tools(client):
     assert e.value.body["param"] == "tools"
 
 
+def test_chat_tools_to_a_predict_model_are_a_400_naming_tools(responses_gw, helpers):
+    r = requests.post(responses_gw.url + "/v1/chat/completions", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      json={"model": "predict-demo", "tools": [{"type": "function", "function": {
+                          "name": "lookup"}}], "messages": [{"role": "user", "content": "x"}]})
+    err = helpers.assert_error(r, 400, "invalid_request_error")
+    assert err["param"] == "tools" and "predict" in err["message"]
+
+
+def test_chat_tool_calls_from_a_chat_backend_pass_through(client):
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    r = client.chat.completions.create(model="chat-demo", tools=tools,
+                                       messages=[{"role": "user", "content": "use a tool x"}])
+    assert r.choices[0].message.tool_calls[0].function.name == "lookup"
+
+
 def test_previous_response_id_on_a_converted_backend_is_a_400(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model="chat-demo", input="again",
