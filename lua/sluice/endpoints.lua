@@ -9,6 +9,7 @@
 --   POST /v1/responses                  openai     chat        model in body (the
 --                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
+--   GET  /v1/responses/{id}             a response a Responses backend kept (stored.lua)
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
 --   POST /v1/models/{model}/predict     predict    predict     model in path (KServe v1)
@@ -46,6 +47,10 @@ local BY_PATTERN = {
         model_in_path = true } },
     { [[^/api/v1/model/([^/]+)/infer\z]],
       { name = "infer", caller = "infer", kind = "predict", model_in_path = true } },
+    -- a kept response, read back (sluice.stored): its id, not a model, in the path
+    { [[^/v1/responses/([A-Za-z0-9_-]+)\z]],
+      { name = "response_get", caller = "openai", method = "GET", stored = true,
+        native = "openai_responses" } },
     { [[^/v1/models/([^/]+)\z]],
       { name = "model", method = "GET", model_in_path = true } },
 }

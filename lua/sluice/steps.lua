@@ -24,6 +24,7 @@ local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
 local carry = require("sluice.carry")
+local stored = require("sluice.stored")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 
@@ -91,6 +92,25 @@ local function refuse_malformed(endpoint, doc, model)
            why, { param = param }
 end
 
+-- GET /v1/responses/{id}: through a backend of the model that keeps it (sluice.stored),
+-- unchanged; nothing counted (no tokens spent).
+function _M.read_stored(ctx, snap, consumer, endpoint)
+    local status, err_type, msg, extra, model_name = stored.model(snap, consumer)
+    if status then
+        return status, err_type, msg, extra
+    end
+    ctx.model_name = model_name
+    local model = snap.models[model_name]
+    local pool = model.pools[endpoint.native]
+    local backend = balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        return 503, "backend_unavailable", "no backend of model " .. model_name
+               .. " is available"
+    end
+    ctx.model = model
+    return _M.forward(ctx, endpoint, nil, model_name, pool, backend)
+end
+
 -- The access steps of a public request, in order. Each step returns a failure
 -- status-first, in the same slots (status, type, message, extra), and what it
 -- computed after them; nothing here ends the request. Returns nil when the request
@@ -122,6 +142,9 @@ function _M.admit(ctx)
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end
 
+    if endpoint.stored then   -- GET /v1/responses/{id}
+        return _M.read_stored(ctx, snap, consumer, endpoint)
+    end
     if endpoint.method == "GET" then
         return catalog.serve(snap, consumer, path_model)
     end

@@ -118,3 +118,25 @@ def test_chat_fields_responses_cannot_take_are_a_400(client):
         client.chat.completions.create(model="resp-demo", stop=["x"],
                                        messages=[{"role": "user", "content": "hi"}])
     assert e.value.body["param"] == "stop"
+
+
+def test_a_kept_response_reads_back_through_its_backend(client):
+    first = client.responses.create(model="resp-demo", input="keep this")
+    got = client.responses.retrieve(first.id)   # the only model that keeps responses
+    assert got.id == first.id and got.output_text == "echo: keep this"
+    got = client.responses.retrieve(first.id, extra_query={"model": "resp-demo"})
+    assert got.id == first.id
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_unknown")
+
+
+def test_reading_back_needs_a_model_that_keeps_responses(gateway, helpers, backends):
+    r = gateway.push(helpers.make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)])}))
+    assert r.status_code == 200, r.text
+    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=helpers.KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve("resp_1")
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.retrieve("resp_1", extra_query={"model": "chat-demo"})
+    assert e.value.body["param"] == "model"
