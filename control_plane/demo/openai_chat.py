@@ -3,7 +3,9 @@
 The answer echoes the last user message as ``"echo: <text>"``. Offered ``tools``, a
 last user message that begins with ``use a tool`` calls the first one with arguments
 ``{"query": "<rest of the message>"}`` (``use every tool``: each offered tool, as
-parallel calls), and a last ``tool`` message is answered ``"tool said: <its content>"``. Token counts in
+parallel calls; ``use a broken tool``: the first, with arguments that are no JSON, for
+tests of what a gateway does with them), and a last ``tool`` message is answered
+``"tool said: <its content>"``. Token counts in
 ``usage`` are whitespace-separated words: ``prompt_tokens`` over the content of every
 message, ``completion_tokens`` over the answer. Stream chunks are one word each (with
 its trailing whitespace), so the deltas concatenate to the full answer;
@@ -75,9 +77,12 @@ def _tool_calls(tools, last) -> list[dict]:
     text = _text(last.get("content"))
     names = [t["function"]["name"] for t in tools if isinstance(t, dict)
              and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
-    for prefix, chosen in (("use every tool", names), ("use a tool", names[:1])):
+    for prefix, chosen in (("use every tool", names), ("use a tool", names[:1]),
+                           ("use a broken tool", names[:1])):
         if text.startswith(prefix):
             args = json.dumps({"query": text[len(prefix):].strip()})
+            if prefix == "use a broken tool":
+                args = args[:-2]   # cut short: not JSON
             return [{"id": "call_" + uuid.uuid4().hex[:20], "type": "function",
                      "function": {"name": name, "arguments": args}} for name in chosen]
     return []

@@ -4,10 +4,13 @@ client unchanged: responses.create, responses.stream, function calls round trip.
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
 import requests
+
+from tests.waiting import eventually
 
 TOOLS = [{"type": "function", "name": "lookup", "description": "Look something up",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
@@ -117,6 +120,18 @@ def test_streamed_parallel_function_calls(client):
     assert [json.loads(a) for a in done] == [{"query": "x y"}] * 2
 
 
+def test_broken_tool_arguments_from_the_backend_are_an_error_not_a_hang(client):
+    with pytest.raises(openai.APIStatusError) as e:   # whole: a 502 in the template
+        client.responses.create(model="chat-demo", input="use a broken tool x", tools=TOOLS)
+    assert e.value.status_code == 502 and "JSON" in e.value.body["message"]
+    with pytest.raises(openai.APIError) as e:   # streamed: an error event ends the stream
+        with client.responses.stream(model="chat-demo", input="use a broken tool x",
+                                     tools=TOOLS) as s:
+            for _ in s:
+                pass
+    assert "JSON" in str(e.value)
+
+
 def test_a_predict_model_answers_text(client):
     r = client.responses.create(model="predict-demo", input="a cat")
     assert r.status == "completed" and r.output_text
@@ -172,3 +187,26 @@ def test_bad_bodies_are_400_naming_the_param(responses_gw, helpers, body, param)
     r = post(responses_gw, helpers, body)
     err = helpers.assert_error(r, 400, "invalid_request_error")
     assert err["param"] == param, err
+
+
+def test_usage_is_counted_once_and_right(gateway, helpers, backends):
+    # a model of its own: counters per consumer, model and day carry over on the
+    # module's gateway
+    key = "sk-test-resp-usage-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {"chat-usage": (5000, [backends["openai-a"].entry(1)])})
+    helpers.add_planned(snap, key, {"monthly_tokens": 100000})
+    assert gateway.push(snap).status_code == 200
+    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    whole = c.responses.create(model="chat-usage", input="one two three")
+    with c.responses.stream(model="chat-usage", input="four five", tools=TOOLS) as s:
+        list(s)
+        streamed = s.get_final_response()
+    with c.responses.stream(model="chat-usage", input="use a tool six", tools=TOOLS) as s:
+        list(s)
+        called = s.get_final_response()
+    want = [3] + [sum(getattr(r.usage, f) for r in (whole, streamed, called))
+                  for f in ("input_tokens", "output_tokens", "total_tokens")]
+    assert want[1:] == [3 + 2 + 4, 4 + 3 + 2, 7 + 5 + 6]   # the demo counts words
+    day = time.strftime("%Y%m%d", time.gmtime())
+    eventually(lambda: gateway.usage()["counters"].get(f"{day}|3|chat-usage") == want,
+               message="usage counters")

@@ -110,6 +110,9 @@ function _M.response(doc)
             if type(args) ~= "string" then
                 args = args == nil and "{}" or cjson.encode(args)
             end
+            if type(cjson.decode(args)) ~= "table" then
+                return nil, "answer has tool call arguments that are not a JSON object"
+            end
             calls[i] = { id = type(tc.id) == "string" and tc.id or "call_" .. i,
                          name = f.name, arguments = args }
         end

@@ -13,6 +13,7 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local type = type
 local ipairs = ipairs
+local pairs = pairs
 local concat = table.concat
 local str_find = string.find
 local str_sub = string.sub
@@ -59,6 +60,33 @@ local function events_of(backend, doc, conv)
     return { { text = delta } }
 end
 
+-- The argument pieces of each tool call (conv.args), checked once the stream ends.
+local function track_args(conv, ev)
+    local args = conv.args
+    if not args then
+        args = {}
+        conv.args = args
+    end
+    local list = args[ev.call]
+    if not list then
+        list = {}
+        args[ev.call] = list
+    end
+    list[#list + 1] = ev.args or ""
+end
+
+-- Why the streamed tool calls cannot be given to the caller (arguments that are no
+-- JSON object), or nil.
+local function bad_args(conv)
+    for _, list in pairs(conv.args or {}) do
+        local text = concat(list)
+        if text ~= "" and type(cjson.decode(text)) ~= "table" then
+            return "the backend's tool call arguments are not a JSON object"
+        end
+    end
+    return nil
+end
+
 -- Body filter for a streaming backend: converts every complete frame in what has
 -- arrived; keeps a partial frame for the next call (conv.pending); conv.failed the
 -- reason the stream stopped; conv.texts[1] set once a frame converted (what
@@ -92,7 +120,11 @@ function _M.frames(conv, data, eof, fail)
                     conv.texts[1] = true
                 end
                 for i = 1, #evs do
-                    out[#out + 1] = emit.event(conv, evs[i])
+                    local ev = evs[i]
+                    if ev.call then
+                        track_args(conv, ev)
+                    end
+                    out[#out + 1] = emit.event(conv, ev)
                 end
             else
                 ngx_log(ERR, "backend stream failed: ", err)
@@ -108,7 +140,14 @@ function _M.frames(conv, data, eof, fail)
         out[#out + 1] = emit.error(fail(conv.failed))
     end
     if eof and not conv.failed then
-        out[#out + 1] = emit.finish(conv)
+        local err = bad_args(conv)
+        if err then
+            ngx_log(ERR, "backend stream failed: ", err)
+            conv.failed = err
+            out[#out + 1] = emit.error(fail(err))
+        else
+            out[#out + 1] = emit.finish(conv)
+        end
     end
     return concat(out)
 end
