@@ -66,6 +66,8 @@ function _M.request(ireq, model_name)
     if ireq.tools then
         body.tools = ireq.tools
         body.tool_choice = ireq.tool_choice
+    else
+        body.parallel_tool_calls = nil   -- chat APIs refuse it without tools
     end
     if ireq.stream then
         body.stream = true
