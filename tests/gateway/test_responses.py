@@ -132,9 +132,15 @@ def test_broken_tool_arguments_from_the_backend_are_an_error_not_a_hang(client):
     assert "JSON" in str(e.value)
 
 
-def test_a_predict_model_answers_text(client):
+def test_a_predict_model_answers_text_whole_and_streamed(client):
     r = client.responses.create(model="predict-demo", input="a cat")
     assert r.status == "completed" and r.output_text
+    with client.responses.stream(model="predict-demo", input="a cat") as s:
+        types = [e.type for e in s]
+        final = s.get_final_response()
+    assert final.output_text == r.output_text
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert types.count("response.output_text.delta") == 1   # the whole answer at once
 
 
 def test_tools_to_a_predict_model_are_a_400_naming_tools(client):
