@@ -216,3 +216,24 @@ def test_usage_is_counted_once_and_right(gateway, helpers, backends):
     day = time.strftime("%Y%m%d", time.gmtime())
     eventually(lambda: gateway.usage()["counters"].get(f"{day}|3|chat-usage") == want,
                message="usage counters")
+
+
+def test_refusals_are_not_counted_by_limits(gateway, helpers, backends):
+    key = "sk-test-resp-limits-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)]),
+                                     "predict-demo": (5000, [backends["predict-a"].entry(2)])})
+    helpers.add_planned(snap, key, {"daily_requests": 1}, name="resp-limits")
+    assert gateway.push(snap).status_code == 200
+    h = {"Authorization": f"Bearer {key}"}
+    for body in ({"model": "chat-demo", "input": "x", "temperature": 9},
+                 {"model": "chat-demo", "input": "x", "previous_response_id": "resp_1"},
+                 {"model": "predict-demo", "input": "x", "tools": [
+                     {"type": "function", "name": "lookup"}]}):
+        r = requests.post(gateway.url + "/v1/responses", json=body, headers=h, timeout=10)
+        assert r.status_code == 400, r.text
+    ok = requests.post(gateway.url + "/v1/responses", json={"model": "chat-demo", "input": "x"},
+                       headers=h, timeout=10)
+    assert ok.status_code == 200, ok.text
+    again = requests.post(gateway.url + "/v1/responses", json={"model": "chat-demo",
+                                                               "input": "x"}, headers=h, timeout=10)
+    helpers.assert_error(again, 429, "rate_limited")
