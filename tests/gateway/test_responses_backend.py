@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import openai
 import pytest
 
 from control_plane.runtime import procs
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,3 +142,40 @@ def test_reading_back_needs_a_model_that_keeps_responses(gateway, helpers, backe
     with pytest.raises(openai.BadRequestError) as e:
         c.responses.retrieve("resp_1", extra_query={"model": "chat-demo"})
     assert e.value.body["param"] == "model"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_counted_once_for_every_caller_of_a_responses_backend(
+        gateway, helpers, responses_backend, stream):
+    # a model of its own per case: counters per consumer, model and day carry over
+    model = f"resp-usage-{int(stream)}"
+    key = "sk-test-respb-usage-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {model: (5000, [responses_backend])})
+    helpers.add_planned(snap, key, {"monthly_tokens": 100000})
+    assert gateway.push(snap).status_code == 200
+    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    seen = []   # (prompt, completion) as each caller was told
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    for content, extra in (("hello there", {}), ("use a tool x", {"tools": tools})):
+        msgs = [{"role": "user", "content": content}]
+        if stream:
+            chunks = list(c.chat.completions.create(model=model, messages=msgs, stream=True,
+                                                    stream_options={"include_usage": True},
+                                                    **extra))
+            u = chunks[-1].usage
+        else:
+            u = c.chat.completions.create(model=model, messages=msgs, **extra).usage
+        seen.append((u.prompt_tokens, u.completion_tokens))
+    # Responses callers pass through: the backend's own usage, read from its answer
+    if stream:
+        with c.responses.stream(model=model, input="one two") as s:
+            list(s)
+            u = s.get_final_response().usage
+    else:
+        u = c.responses.create(model=model, input="one two").usage
+    seen.append((u.input_tokens, u.output_tokens))
+    assert seen == [(2, 3), (4, 2), (2, 3)]   # the demo counts words
+    day = time.strftime("%Y%m%d", time.gmtime())
+    want = [3, 8, 8, 16]
+    eventually(lambda: gateway.usage()["counters"].get(f"{day}|3|{model}") == want,
+               message="usage counters")
