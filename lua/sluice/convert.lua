@@ -116,13 +116,13 @@ end
 
 -- A backend's own non-2xx answer on a pair proxied unchanged: from now on it is
 -- converted like any answer, into the error template (sets ctx.conv). 4xx kept,
--- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI backend's `type`, `param` and `code`
--- kept for an OpenAI caller.
+-- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI (chat or Responses) backend's `type`,
+-- `param` and `code` kept for an OpenAI caller.
 local function native_error(ctx, status)
     local pool = ctx.pool
     local backend = BACKENDS[pool.protocol]
     ctx.conv = { error = status, native = true, backend = backend, pool = pool,
-                 openai = backend == CALLERS.openai }
+                 openai = backend == CALLERS.openai or backend == BACKENDS.openai_responses }
     if status < 400 then
         ngx.status = 502
         ngx_header["Location"] = nil

@@ -113,6 +113,9 @@ def test_chat_text_stream(client):
 def test_completions_callers_are_converted(client):
     r = client.completions.create(model="resp-demo", prompt="say this")
     assert r.choices[0].text == "echo: say this"
+    chunks = list(client.completions.create(model="resp-demo", prompt="say this", stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "echo: say this"
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_chat_fields_responses_cannot_take_are_a_400(client):
@@ -128,8 +131,9 @@ def test_a_kept_response_reads_back_through_its_backend(client):
     assert got.id == first.id and got.output_text == "echo: keep this"
     got = client.responses.retrieve(first.id, extra_query={"model": "resp-demo"})
     assert got.id == first.id
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as e:
         client.responses.retrieve("resp_unknown")
+    assert e.value.body["type"] == "not_found_error"   # the backend's own type, kept
 
 
 def test_reading_back_needs_a_model_that_keeps_responses(gateway, helpers, backends):
