@@ -119,7 +119,7 @@ end
 -- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI (chat or Responses) backend's `type`,
 -- `param` and `code` kept for an OpenAI caller.
 local function native_error(ctx, status)
-    local pool = ctx.pool
+    local pool = ctx.backend.pool
     local backend = BACKENDS[pool.protocol]
     ctx.conv = { error = status, native = true, backend = backend, pool = pool,
                  openai = backend == CALLERS.openai or backend == BACKENDS.openai_responses }
@@ -137,8 +137,10 @@ function _M.header_filter(ctx)
     local conv = ctx.conv
     local status
     if not conv then
-        -- ctx.pool: a backend answered; ctx.error_type: the error page's own answer
-        if not ctx.pool or ctx.error_type then
+        -- a pool: a backend answered; ctx.error_type: the error page's own answer (a
+        -- probe's plain ngx.ctx has no ctx.backend)
+        local held = ctx.backend
+        if not held or not held.pool or ctx.error_type then
             return
         end
         status = ngx.status

@@ -59,16 +59,17 @@ local BY_PATTERN = {
 -- Which endpoint a request is for. Access step: returns status, type, message on
 -- failure (a 405 sets the Allow header); else nil, nil, nil, nil, endpoint and the
 -- model named by the path (or nil). (`uri` is percent-decoded and normalised by nginx;
--- kept in ctx.uri for the log line; ctx.plain_path is the same string when the
+-- kept in ctx.req.uri for the log line; ctx.req.plain_path is the same string when the
 -- caller sent it so, unescaped.) $request_uri as sluice.headers read it; $uri only
 -- for a path nginx normalised.
 function _M.match(ctx)
-    local uri = plain_path(ctx.request_uri or ngx_var.request_uri)
-    ctx.plain_path = uri
+    local req = ctx.req
+    local uri = plain_path(req.request_uri or ngx_var.request_uri)
+    req.plain_path = uri
     if not uri then
         uri = ngx_var.uri
     end
-    ctx.uri = uri
+    req.uri = uri
     local endpoint, model = BY_PATH[uri], nil
     if not endpoint then
         for i = 1, #BY_PATTERN do

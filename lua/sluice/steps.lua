@@ -51,18 +51,19 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     -- unset, the variable reads "" (no header sent): written only when there is a
     -- credential, or one of an earlier pass (the fallback's) to clear
     local credential = backend.auth_header
-    if credential ~= "" or ctx.upstream_auth then
+    local held = ctx.backend
+    if credential ~= "" or held.upstream_auth then
         ngx_var.sluice_upstream_auth = credential
-        ctx.upstream_auth = credential ~= ""
+        held.upstream_auth = credential ~= ""
     end
     -- location / proxies without variables (proxy_pass http://sluice_backend: nothing
     -- to evaluate or parse per request): the caller's own URI as it came, or this one
     -- set as the request's URI. A relay's subrequest, @sluice_fallback and the TLS
     -- locations proxy to $sluice_upstream_uri.
     local uri = backend.base_path .. path
-    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback then
+    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback.taken then
         ngx_var.sluice_upstream_uri = uri
-    elseif uri ~= ctx.plain_path then
+    elseif uri ~= ctx.req.plain_path then
         req_set_uri(uri)
     end
     upstream_tls.set_vars(ctx, backend)
@@ -99,7 +100,8 @@ function _M.read_stored(ctx, snap, consumer, endpoint)
     if status then
         return status, err_type, msg, extra
     end
-    ctx.model_name = model_name
+    local aim = ctx.target
+    aim.model_name = model_name
     local model = snap.models[model_name]
     local pool = model.pools[endpoint.native]
     local backend = balancer.choose(ctx, pool, snap.breaker)
@@ -107,7 +109,7 @@ function _M.read_stored(ctx, snap, consumer, endpoint)
         return 503, "backend_unavailable", "no backend of model " .. model_name
                .. " is available"
     end
-    ctx.model = model
+    aim.model = model
     return _M.forward(ctx, endpoint, nil, model_name, pool, backend)
 end
 
@@ -124,7 +126,8 @@ function _M.admit(ctx)
     end
 
     local snap, moved = config.get()
-    ctx.moved = moved
+    local aim = ctx.target
+    aim.moved = moved
     if not snap then
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
@@ -136,8 +139,9 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     -- what routing conditions test: the consumer's attributes, JWT claims over them
-    ctx.attributes = attributes
-    ctx.consumer = consumer
+    local caller = ctx.caller
+    caller.attributes = attributes
+    caller.consumer = consumer
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end
@@ -159,7 +163,7 @@ function _M.admit(ctx)
     if not snap.models[model_name] and not snap.routes[model_name] then
         return 404, "not_found", "unknown model " .. model_name
     end
-    ctx.model_name = model_name
+    aim.model_name = model_name
     if relay.loops(snap, endpoint, model_name, doc) then
         delivery.loop(ctx)   -- nothing counted yet: the HTTP/1.1 pass counts it
         return nil
@@ -183,7 +187,7 @@ function _M.admit(ctx)
     end
     usage.count(ctx, endpoint, consumer, model_name)
 
-    local violated = content.check(snap, model_name, ctx.request_doc)
+    local violated = content.check(snap, model_name, ctx.body.doc)
     if violated then
         observe.policy_refused(model_name, violated)
         return 451, "policy_violation",
@@ -204,7 +208,7 @@ function _M.admit(ctx)
             return status, err_type, msg, extra
         end
     end
-    ctx.model_name = model_name
+    aim.model_name = model_name
 
     local hit_type, hit = cache.lookup(ctx, endpoint, doc, model, consumer)
     if hit_type then
@@ -217,14 +221,15 @@ function _M.admit(ctx)
         -- respond-async); either way the plan counts it when it runs, so what
         -- policy.check and usage.count took goes back (quotas count answers once).
         if status == 503 then
-            local buffer = not ctx.job_id and admission.buffers(snap, consumer)
-            if buffer or ctx.job_id then
+            local job_id = caller.job_id
+            local buffer = not job_id and admission.buffers(snap, consumer)
+            if buffer or job_id then
                 policy.undo(ctx)
                 usage.uncount(ctx)
             end
             if buffer then
                 splits.unchoose(ctx, endpoint, asked)
-                ctx.model_name = asked
+                aim.model_name = asked
                 return to_jobs(ctx, jobs.submit(snap, consumer, asked))
             end
         end
@@ -246,7 +251,7 @@ function _M.admit(ctx)
         return 503, "backend_unavailable",
                "no backend of model " .. model_name .. " is available"
     end
-    ctx.model = model
+    aim.model = model
     doc, msg = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
     if msg then
         return 500, "internal_error", "the request could not be masked"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from gateway_readings import access_lines
 
 from control_plane.runtime import procs
 from tests.waiting import eventually
@@ -125,10 +126,14 @@ def test_chat_fields_responses_cannot_take_are_a_400(client):
     assert e.value.body["param"] == "stop"
 
 
-def test_a_kept_response_reads_back_through_its_backend(client):
+def test_a_kept_response_reads_back_through_its_backend(client, gateway):
     first = client.responses.create(model="resp-demo", input="keep this")
-    got = client.responses.retrieve(first.id)   # the only model that keeps responses
+    got = client.responses.retrieve(first.id,   # the only model that keeps responses
+                                    extra_headers={"X-Request-Id": "read-back-1"})
     assert got.id == first.id and got.output_text == "echo: keep this"
+    # the log line names the model that kept it (its metrics too: ctx.target)
+    assert eventually(lambda: [line["model"] for line in access_lines(gateway, 1, timeout=0.5)
+                               if line["request_id"] == "read-back-1"]) == ["resp-demo"]
     got = client.responses.retrieve(first.id, extra_query={"model": "resp-demo"})
     assert got.id == first.id
     with pytest.raises(openai.NotFoundError) as e:
