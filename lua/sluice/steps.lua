@@ -23,6 +23,8 @@ local pii = require("sluice.pii")
 local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
+local carry = require("sluice.carry")
+local stored = require("sluice.stored")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 
@@ -76,15 +78,39 @@ local function to_jobs(ctx, status, err_type, msg)
     return nil
 end
 
--- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
--- error type for OpenAI callers, so their clients read it as OpenAI's own).
+-- Strict requests (lua/sluice/strict.lua), and what the model's backends cannot
+-- carry (lua/sluice/carry.lua): nil, or 400 naming the bad param (OpenAI's error type
+-- for OpenAI callers, so their clients read it as OpenAI's own).
 local function refuse_malformed(endpoint, doc, model)
     local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        param, why = carry.check_model(endpoint, doc, model)
+    end
     if not param then
         return nil
     end
     return 400, endpoint.caller == "openai" and "invalid_request_error" or "invalid_request",
            why, { param = param }
+end
+
+-- GET /v1/responses/{id}: through a backend of the model that keeps it (sluice.stored),
+-- unchanged; nothing counted (no tokens spent).
+function _M.read_stored(ctx, snap, consumer, endpoint)
+    local status, err_type, msg, extra, model_name = stored.model(snap, consumer)
+    if status then
+        return status, err_type, msg, extra
+    end
+    local aim = ctx.target
+    aim.model_name = model_name
+    local model = snap.models[model_name]
+    local pool = model.pools[endpoint.native]
+    local backend = balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        return 503, "backend_unavailable", "no backend of model " .. model_name
+               .. " is available"
+    end
+    aim.model = model
+    return _M.forward(ctx, endpoint, nil, model_name, pool, backend)
 end
 
 -- The access steps of a public request, in order. Each step returns a failure
@@ -120,6 +146,9 @@ function _M.admit(ctx)
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end
 
+    if endpoint.stored then   -- GET /v1/responses/{id}
+        return _M.read_stored(ctx, snap, consumer, endpoint)
+    end
     if endpoint.method == "GET" then
         return catalog.serve(snap, consumer, path_model)
     end
