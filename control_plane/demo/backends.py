@@ -9,6 +9,8 @@ are described in ``control_plane/demo/protocols.py``):
   last user message as ``"echo: <text>"``.
 - ``anthropic``: Anthropic's ``POST /v1/messages`` (plain and SSE streaming, tool use;
   ``control_plane/demo/anthropic_messages.py``).
+- ``openai_responses``: the OpenAI Responses API natively (``POST /v1/responses``,
+  ``GET /v1/responses/{id}``: ``control_plane/demo/openai_responses.py``).
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
@@ -51,10 +53,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import anthropic_messages, metrics, openai_chat, protocols, readiness
+from control_plane.demo import (anthropic_messages, metrics, openai_chat, openai_responses,
+                                protocols, readiness)
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
-PROTOCOLS = ("openai", "predict", "anthropic") + protocols.EXTRA_PROTOCOLS
+PROTOCOLS = ("openai", "predict", "openai_responses", "anthropic") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
@@ -207,7 +210,7 @@ class DemoHandler(BaseHTTPRequestHandler):
             return
         if self.server.protocol == "anthropic":
             body = anthropic_messages.error_body(status, message)
-        elif self.server.protocol == "openai":
+        elif self.server.protocol in ("openai", "openai_responses"):
             body = {"error": {"message": message,
                               "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
                               "param": None, "code": status}}
@@ -277,6 +280,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                     "has_more": False, "first_id": self.server.name,
                     "last_id": self.server.name})
             return
+        kept = openai_responses.GET_PATH.match(path)
+        if self.server.protocol == "openai_responses" and kept:
+            if not self._injected_fault(inference=False):
+                openai_responses.get(self, kept.group(1))
+            return
         match = MODEL_PATH.match(path)
         if self.server.protocol == "predict" and match:
             if not self._injected_fault(inference=False):
@@ -302,6 +310,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
                     handle(self, match, body)
+                return
+            if self.server.protocol == "openai_responses" and path == openai_responses.PATH:
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    openai_responses.create(self, None, body)
                 return
             if self.server.protocol == "openai" and path == "/v1/chat/completions":
                 body = self._json_body()

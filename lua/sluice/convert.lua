@@ -16,6 +16,8 @@
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
+local stream = require("sluice.adapters.stream")
+local carry = require("sluice.carry")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -37,6 +39,7 @@ local CALLERS = {
     infer = require("sluice.adapters.infer"),
     predict = require("sluice.adapters.predict"),
     kserve_v2 = require("sluice.adapters.kserve_v2"),
+    responses = require("sluice.adapters.responses"),
     anthropic = require("sluice.adapters.anthropic"),
 }
 
@@ -46,10 +49,9 @@ local BACKENDS = {
     kserve_v2 = CALLERS.kserve_v2,
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
+    openai_responses = require("sluice.adapters.responses_backend"),
     anthropic = CALLERS.anthropic,
 }
--- the backend protocols that take chat work whole (messages, tools)
-local CHAT = { openai = true, anthropic = true }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine
 -- (the gateway checked it), so the backend refusing ours is the gateway's problem.
@@ -65,6 +67,8 @@ function _M.native_path(endpoint, model_name)
     if name == "completions" then return "/v1/completions" end
     if name == "embeddings" then return "/v1/embeddings" end
     if name == "messages" then return "/v1/messages" end
+    if name == "responses" then return "/v1/responses" end
+    if name == "response_get" then return ngx.var.uri end   -- its id: [A-Za-z0-9_-]
     if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
     return "/v1/models/" .. escape_uri(model_name) .. "/predict"
 end
@@ -83,22 +87,25 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
         return 400, "invalid_request", "model " .. model_name
                .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
     end
-    local caller = CALLERS[endpoint.caller]
-    local ireq, err, param = caller.decode(endpoint, doc, model_name)
+    -- OpenAI's error type for OpenAI callers; `param` when a field is to blame
+    local invalid = endpoint.caller == "openai" and "invalid_request_error" or "invalid_request"
+    local param, why = carry.check(endpoint, doc, protocol, model_name)
+    if param then
+        return 400, invalid, why, { param = param }
+    end
+    local caller = CALLERS[endpoint.api or endpoint.caller]
+    local ireq, err
+    ireq, err, param = caller.decode(endpoint, doc, model_name)
     if not ireq then
-        return 400, "invalid_request", err, param and { param = param }
+        return 400, invalid, err, param and { param = param }
     end
-    local tools = ireq.params and ireq.params.tools
-    if tools ~= nil and tools ~= cjson.null and not CHAT[protocol] then
-        return 400, "invalid_request", "model " .. model_name .. " cannot call tools (its "
-               .. "backends speak " .. protocol .. ")", { param = "tools" }
-    end
-    local model = ctx.model
+    local model = ctx.target.model
     ireq.max_output = model and model.max_output_tokens   -- max_tokens when none is asked
     local backend = BACKENDS[protocol]
-    local path, body, bparam = backend.request(ireq, pool, model_name)
+    local path, body
+    path, body, param = backend.request(ireq, pool, model_name)
     if not path then
-        return 400, "invalid_request", body, bparam and { param = bparam }
+        return 400, invalid, body, param and { param = param }
     end
     local raw, eerr = cjson.encode(body)
     if not raw then
@@ -117,13 +124,13 @@ end
 
 -- A backend's own non-2xx answer on a pair proxied unchanged: from now on it is
 -- converted like any answer, into the error template (sets ctx.conv). 4xx kept,
--- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI backend's `type`, `param` and `code`
--- kept for an OpenAI caller.
+-- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI (chat or Responses) backend's `type`,
+-- `param` and `code` kept for an OpenAI caller.
 local function native_error(ctx, status)
-    local pool = ctx.pool
+    local pool = ctx.backend.pool
     local backend = BACKENDS[pool.protocol]
     ctx.conv = { error = status, native = true, backend = backend, pool = pool,
-                 openai = backend == CALLERS.openai }
+                 openai = backend == CALLERS.openai or backend == BACKENDS.openai_responses }
     if status < 400 then
         ngx.status = 502
         ngx_header["Location"] = nil
@@ -138,8 +145,10 @@ function _M.header_filter(ctx)
     local conv = ctx.conv
     local status
     if not conv then
-        -- ctx.pool: a backend answered; ctx.error_type: the error page's own answer
-        if not ctx.pool or ctx.error_type then
+        -- a pool: a backend answered; ctx.error_type: the error page's own answer (a
+        -- probe's plain ngx.ctx has no ctx.backend)
+        local held = ctx.backend
+        if not held or not held.pool or ctx.error_type then
             return
         end
         status = ngx.status
@@ -213,20 +222,27 @@ local function finish(conv, raw)
     else
         err = "answer is not a JSON object"
     end
+    -- a caller adapter's respond, or its emitter, may refuse what it cannot carry
+    -- (nil, message): a 502 like any answer that does not convert
     local caller = conv.caller
     local out
     if ires and ires.outputs[1] ~= nil then
-        if conv.sse then
-            out, err = (caller.synthesize or sse.synthesize)(ireq, ires, conv)
-        else
+        if not conv.sse then
             out, err = caller.respond(ireq, ires)
-            out = out and cjson.encode(out) .. "\n"
+            out = out and (caller.encode or cjson.encode)(out) .. "\n"
+        elseif caller.emitter then
+            out, err = stream.synthesize(conv, ires)
+        else
+            out = sse.synthesize(ireq, ires)
         end
     end
     if not out then
         conv.failed = err or "answer holds no outputs"
         local body = failure(conv.failed)
-        return conv.sse and (caller.error_event or sse.error_event)(body) or body .. "\n"
+        if conv.sse then
+            return caller.emitter and caller.emitter.error(body) or sse.error_event(body)
+        end
+        return body .. "\n"
     end
     return out
 end
@@ -238,7 +254,8 @@ function _M.body_filter(ctx)
     end
     local data, eof = ngx.arg[1], ngx.arg[2]
     if conv.frames and not conv.error then
-        ngx.arg[1] = (conv.caller.frames or sse.frames)(conv, data, eof, failure)
+        ngx.arg[1] = (stream.wanted(conv) and stream.frames or sse.frames)(conv, data, eof,
+                                                                           failure)
         return
     end
     if conv.size == nil then

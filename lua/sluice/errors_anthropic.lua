@@ -17,10 +17,11 @@ local TYPES = {
     [429] = "rate_limit_error", [503] = "overloaded_error", [529] = "overloaded_error",
 }
 
--- Does the request `ctx` (sluice/context.lua: uri, written by sluice.endpoints; else
+-- Does the request `ctx` (sluice/context.lua: req.uri, written by sluice.endpoints; else
 -- nginx's $uri, for an error nginx raised itself) speak the Messages API?
 function _M.caller(ctx)
-    return PATHS[ctx.uri or ngx.var.uri] == true
+    local req = ctx.req
+    return PATHS[req and req.uri or ngx.var.uri] == true
 end
 
 -- The template's error object `e` as Anthropic's error document.

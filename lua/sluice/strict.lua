@@ -9,6 +9,7 @@
 --   unified      the envelope (api_version, model_type, params.input, request_id)
 --                and the sampling fields inside params
 --   infer        input, params (an object) and the sampling fields inside it
+--   responses    the Responses API's fields (sluice/strict_responses.lua)
 --   messages, count_tokens   Anthropic's Messages API (sluice/strict_anthropic.lua)
 --
 -- Sampling fields: temperature 0..2, top_p 0..1, presence_penalty and
@@ -19,7 +20,8 @@
 --
 -- Pure Lua (cjson only): tests/lua/test_strict.lua runs it under plain luajit.
 local cjson = require("cjson.safe")
-local anthropic = require("sluice.strict_anthropic")
+local strict_responses = require("sluice.strict_responses")
+local strict_anthropic = require("sluice.strict_anthropic")
 
 local type = type
 local floor = math.floor
@@ -252,7 +254,7 @@ end
 
 -- The endpoints check() reads the body of (the others pass any body, even none).
 local CHECKED = { chat = true, completions = true, embeddings = true, unified = true,
-                  infer = true, messages = true, count_tokens = true }
+                  infer = true, responses = true, messages = true, count_tokens = true }
 
 -- Does check() read the body of endpoint `endpoint_name`? (sluice.body: a body no step
 -- reads is not decoded.)
@@ -275,6 +277,8 @@ function _M.check(endpoint_name, doc, limit)
         local p, msg = text_or_tokens(doc.prompt, "prompt", false)
         if p then return p, msg end
         return sampling(doc, limit, "")
+    elseif endpoint_name == "responses" then
+        return strict_responses.check(doc, limit)
     elseif endpoint_name == "embeddings" then
         return text_or_tokens(doc.input, "input", true)
     elseif endpoint_name == "unified" then
@@ -296,7 +300,7 @@ function _M.check(endpoint_name, doc, limit)
         end
         return sampling(params, limit, "params.")
     elseif endpoint_name == "messages" or endpoint_name == "count_tokens" then
-        return anthropic.check(doc, limit, endpoint_name == "count_tokens")
+        return strict_anthropic.check(doc, limit, endpoint_name == "count_tokens")
     elseif endpoint_name == "infer" then
         if absent(doc.input) then
             return "input", "input is required"

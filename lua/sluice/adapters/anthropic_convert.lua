@@ -1,13 +1,9 @@
--- Anthropic Messages <-> OpenAI chat completions. An OpenAI chat body is the
--- gateway's pivot for chat work: the Anthropic caller's body becomes one (to_chat),
--- and any chat-kind request becomes an Anthropic body for an `anthropic` backend
--- (adapters/anthropic_request.lua). Answers: an Anthropic message into the internal
--- response (from_message) and the internal response into an Anthropic message
--- (to_message).
--- Internal response of chat work (adapters/common.lua):
---   { outputs = { text }, usage = OpenAI usage | nil,
---     finish = "stop" | "length" | "tool_calls" | "content_filter" | nil,
---     tool_calls = { { id, type = "function", ["function"] = { name, arguments } } } | nil }
+-- Anthropic Messages <-> the internal chat form (adapters/chat.lua). The Anthropic
+-- caller's body becomes a chat-form request (to_chat: OpenAI chat messages, tools and
+-- tool_choice, chat's params), and any chat work becomes an Anthropic body for an
+-- `anthropic` backend (adapters/anthropic_request.lua). Answers: an Anthropic message
+-- into the internal response (from_message: tool calls as { id, name, arguments })
+-- and the internal response into an Anthropic message (to_message).
 -- Failures return nil, message, param (the param the caller or backend cannot carry).
 -- Pure Lua (cjson only): no ngx.
 local cjson = require("cjson.safe")
@@ -167,7 +163,8 @@ end
 
 local CHOICE = { auto = "auto", any = "required", none = "none" }
 
--- Anthropic request `doc` -> OpenAI chat body.
+-- Anthropic request `doc` -> the chat form's pieces, as one OpenAI chat body
+-- (messages, tools, tool_choice and chat's params; adapters/anthropic.lua splits it).
 function _M.to_chat(doc)
     local msgs, seen = {}, {}
     if not absent(doc.system) then
@@ -267,9 +264,7 @@ function _M.from_message(doc)
             texts[#texts + 1] = b.text
         elseif b.type == "tool_use" then
             calls = calls or {}
-            calls[#calls + 1] = { id = b.id, type = "function",
-                                  ["function"] = { name = b.name,
-                                                   arguments = encode(b.input or {}) } }
+            calls[#calls + 1] = { id = b.id, name = b.name, arguments = encode(b.input or {}) }
         end
     end
     return { outputs = { concat(texts) }, usage = _M.usage(doc.usage),
@@ -291,13 +286,14 @@ function _M.to_message(ireq, ires, id)
         content[1] = { type = "text", text = text }
     end
     for _, call in ipairs(ires.tool_calls or {}) do
-        local f = call["function"] or {}
-        local args = f.arguments
+        local args = call.arguments
         local input = (args == nil or args == "") and {} or decode(args)
         if type(input) ~= "table" or input[1] ~= nil then
-            return nil, "tool call " .. tostring(f.name) .. " has arguments that are not a JSON object"
+            return nil, "tool call " .. tostring(call.name)
+                        .. " has arguments that are not a JSON object"
         end
-        content[#content + 1] = { type = "tool_use", id = call.id, name = f.name, input = input }
+        content[#content + 1] = { type = "tool_use", id = call.id, name = call.name,
+                                  input = input }
     end
     local stop = STOP[ires.finish] or "end_turn"
     if ires.tool_calls then

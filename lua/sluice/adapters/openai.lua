@@ -3,12 +3,12 @@
 -- one text input from the predict-style endpoints.
 local cjson = require("cjson.safe")
 local common = require("sluice.adapters.common")
+local chat = require("sluice.adapters.chat")
 
 local ngx = ngx
 local ngx_time = ngx.time
 local type = type
 local ipairs = ipairs
-local pairs = pairs
 
 local json_null = cjson.null
 local is_list = common.is_list
@@ -65,6 +65,7 @@ function _M.decode(endpoint, doc, model)
             return nil, "the conversation needs a user message with text content"
         end
         ireq.messages, ireq.inputs = messages, { t }
+        ireq.tools, ireq.tool_choice = doc.tools, doc.tool_choice   -- (adapters/chat.lua)
     elseif endpoint.kind == "completion" then
         ireq.inputs, err = strings(doc.prompt, "prompt")
     else
@@ -85,12 +86,8 @@ _M.response_id = response_id
 function _M.respond(ireq, ires)
     local choices = {}
     if ireq.kind == "chat" then
-        local msg = { role = "assistant", content = text(ires.outputs[1]) }
-        if ires.tool_calls then   -- a converted backend's tool calls
-            msg.tool_calls = ires.tool_calls
-            if msg.content == "" then msg.content = json_null end
-        end
-        choices[1] = { index = 0, finish_reason = ires.finish or "stop", message = msg }
+        choices[1] = { index = 0, finish_reason = ires.finish or "stop",
+                       message = chat.message(ires) }
     else
         for i, out in ipairs(ires.outputs) do
             choices[i] = { index = i - 1, text = text(out), finish_reason = "stop",
@@ -110,17 +107,11 @@ end
 -- ---- backend side ---------------------------------------------------------------
 
 -- Internal request -> backend path and body, or nil, message (a 400: impossible pair).
--- OpenAI callers reach an OpenAI backend unchanged; here come the predict-style
--- kinds, and chat work of other callers (Anthropic's: ireq.params is an OpenAI chat
--- body, adapters/anthropic_convert.lua), sent as it is.
+-- Only non-native kinds get here ("predict"), and the chat form of other caller APIs
+-- (adapters/chat.lua); OpenAI callers reach an OpenAI backend unchanged.
 function _M.request(ireq, _, model_name)
-    if ireq.kind == "chat" and ireq.messages then
-        local body = {}
-        for k, v in pairs(ireq.params) do
-            body[k] = v
-        end
-        body.model = model_name
-        return "/v1/chat/completions", body
+    if ireq.chat then
+        return chat.request(ireq, model_name)
     end
     if #ireq.inputs ~= 1 or type(ireq.inputs[1]) ~= "string" then
         return nil, "model " .. model_name .. " is a chat model: send exactly one text input"
@@ -131,17 +122,16 @@ function _M.request(ireq, _, model_name)
     return "/v1/chat/completions", body
 end
 
-function _M.response(doc)
+function _M.response(doc, ireq)
+    if ireq and ireq.chat then
+        return chat.response(doc)
+    end
     local choices = doc.choices
     if not is_list(choices) or type(choices[1]) ~= "table" then
         return nil, "answer has no choices"
     end
     local msg = choices[1].message
     local content = type(msg) == "table" and msg.content or choices[1].text
-    local calls = type(msg) == "table" and is_list(msg.tool_calls) and msg.tool_calls or nil
-    if calls and (content == nil or content == json_null) then
-        content = ""
-    end
     if type(content) ~= "string" then
         return nil, "answer has no text content"
     end
@@ -149,48 +139,20 @@ function _M.response(doc)
     if type(usage) ~= "table" or type(usage.prompt_tokens) ~= "number" then
         usage = nil
     end
-    local finish = choices[1].finish_reason
-    return { outputs = { content }, usage = usage, tool_calls = calls,
-             finish = type(finish) == "string" and finish or nil }
+    return { outputs = { content }, usage = usage }
 end
 
--- Chat work of another caller streams from the backend (see request).
+-- A chat-form request streams when its caller asked (adapters/stream.lua).
 function _M.streams(ireq)
-    return ireq.stream == true and ireq.kind == "chat" and ireq.messages ~= nil
+    return ireq.chat == true and ireq.stream == true
 end
 
--- One chat.completion.chunk -> a stream event of adapters/sse.lua.
-function _M.frame(doc)
-    if doc.error ~= nil then
-        return nil, _M.error_message(doc) or "the backend's stream failed"
-    end
-    local ev = {}
-    if type(doc.usage) == "table" then
-        ev.usage = doc.usage
-    end
-    local choice = is_list(doc.choices) and doc.choices[1]
-    if type(choice) ~= "table" then
-        return ev
-    end
-    local d = choice.delta
-    if type(d) == "table" then
-        if type(d.content) == "string" then
-            ev.text = d.content
-        end
-        if is_list(d.tool_calls) then
-            local tools = {}
-            for i, c in ipairs(d.tool_calls) do
-                local f = type(c["function"]) == "table" and c["function"] or {}
-                tools[i] = { index = c.index, id = c.id, name = f.name, arguments = f.arguments }
-            end
-            ev.tools = tools
-        end
-    end
-    if type(choice.finish_reason) == "string" then
-        ev.finish = choice.finish_reason
-    end
-    return ev
+function _M.events(doc)
+    return chat.events(doc)
 end
+
+-- OpenAI backends take tools (sluice.carry).
+_M.tools = true
 
 function _M.error_message(doc)
     local e = doc.error

@@ -12,7 +12,6 @@ local ngx_time = ngx.time
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local type = type
-local ipairs = ipairs
 local concat = table.concat
 local str_find = string.find
 local str_sub = string.sub
@@ -56,8 +55,8 @@ local function usage_chunk(ireq, usage)
         .. ",\"choices\":[],\"usage\":" .. encode(usage) .. "}\n\n"
 end
 
-local function ending(ireq, ires, finish)
-    local out = chunk(ireq, nil, finish or "stop")
+local function ending(ireq, ires)
+    local out = chunk(ireq, nil, "stop")
     if ireq.include_usage then
         out = out .. usage_chunk(ireq, common.text_usage(ireq, ires))
     end
@@ -76,77 +75,12 @@ function _M.synthesize(ireq, ires)
     return first .. chunk(ireq, text) .. ending(ireq, ires)
 end
 
--- The data payloads of the complete frames in what has arrived (`data`, after
--- conv.pending: the partial frame kept from the last call); nil, message when an
--- unfinished frame grows past MAX_PENDING. Shared by every caller's stream writer.
-function _M.payloads(conv, data)
-    local pending = (conv.pending or "") .. str_gsub(data, "\r\n", "\n")
-    local out = {}
-    local pos = 1
-    while true do
-        local stop = str_find(pending, "\n\n", pos, true)
-        if not stop then break end
-        local block = str_sub(pending, pos, stop - 1)
-        pos = stop + 2
-        local payload = str_match(block, "^data:%s?(.*)$") or str_match(block, "\ndata:%s?(.*)$")
-        if payload and payload ~= "[DONE]" then
-            out[#out + 1] = payload
-        end
-    end
-    conv.pending = str_sub(pending, pos)
-    if #conv.pending > MAX_PENDING then
-        conv.pending = ""
-        return out, "a backend stream frame is too large"
-    end
-    return out
-end
-
--- One backend frame, decoded and read by the backend adapter: a text delta (a
--- string), an event table ({ text, tools, finish, usage }: adapters/anthropic_convert.lua),
--- false for a frame that carries nothing for the caller; nil, message on failure.
-function _M.read(backend, payload, conv)
-    local doc = cjson.decode(payload)
-    if type(doc) ~= "table" then
-        return nil, "stream frame is not JSON"
-    end
-    return backend.frame(doc, conv)
-end
-
--- A tool call delta as OpenAI streams it.
-local function tool_delta(t)
-    local f = { arguments = t.arguments or "" }
-    f.name = t.name
-    return { index = t.index or 0, id = t.id, type = t.id and "function" or nil,
-             ["function"] = f }
-end
-
--- An event table (see read) as OpenAI chunks; finish and usage kept for the end.
-local function event_chunks(conv, ev, out)
-    local ireq = conv.ireq
-    if ev.usage then conv.usage = ev.usage end
-    if ev.finish then conv.finish = ev.finish end
-    if ev.text and ev.text ~= "" then
-        conv.texts[#conv.texts + 1] = ev.text
-        out[#out + 1] = chunk(ireq, ev.text)
-    end
-    if ev.tools and ireq.kind == "chat" then
-        conv.texts[#conv.texts + 1] = ""   -- a frame converted (sluice.relay reads it)
-        local calls = {}
-        for i, t in ipairs(ev.tools) do
-            calls[i] = tool_delta(t)
-        end
-        out[#out + 1] = event({ id = openai.response_id(ireq), created = ngx_time(),
-                                model = ireq.model, object = "chat.completion.chunk",
-                                choices = { { index = 0, delta = { tool_calls = calls },
-                                              finish_reason = json_null } } })
-    end
-end
-
 -- Body filter for a streaming backend: converts every complete frame in what has
 -- arrived; keeps a partial frame for the next call. `conv` carries the state:
 -- conv.texts the deltas converted, conv.failed the reason the stream stopped.
 function _M.frames(conv, data, eof, fail)
     local ireq, backend = conv.ireq, conv.backend
+    local pending = (conv.pending or "") .. str_gsub(data, "\r\n", "\n")
     local out = {}
     if not conv.started then
         conv.started = true
@@ -155,28 +89,39 @@ function _M.frames(conv, data, eof, fail)
             out[1] = chunk(ireq, "", nil, true)
         end
     end
-    local payloads, too_large = _M.payloads(conv, data)
-    for i = 1, #payloads do
-        if conv.failed then break end
-        local delta, err = _M.read(backend, payloads[i], conv)
-        if type(delta) == "string" then
-            conv.texts[#conv.texts + 1] = delta
-            out[#out + 1] = chunk(ireq, delta)
-        elseif type(delta) == "table" then
-            event_chunks(conv, delta, out)
-        elseif delta == nil then
-            ngx_log(ERR, "backend stream failed: ", err)
-            conv.failed = err
-            out[#out + 1] = _M.error_event(fail(err))
+    local pos = 1
+    while not conv.failed do
+        local stop = str_find(pending, "\n\n", pos, true)
+        if not stop then break end
+        local block = str_sub(pending, pos, stop - 1)
+        pos = stop + 2
+        local payload = str_match(block, "^data:%s?(.*)$") or str_match(block, "\ndata:%s?(.*)$")
+        if payload and payload ~= "[DONE]" then
+            local doc = cjson.decode(payload)
+            local delta, err
+            if type(doc) == "table" then
+                delta, err = backend.frame(doc)
+            else
+                err = "stream frame is not JSON"
+            end
+            if delta then
+                conv.texts[#conv.texts + 1] = delta
+                out[#out + 1] = chunk(ireq, delta)
+            else
+                ngx_log(ERR, "backend stream failed: ", err)
+                conv.failed = err
+                out[#out + 1] = _M.error_event(fail(err))
+            end
         end
     end
-    if too_large and not conv.failed then
-        conv.failed = too_large
+    conv.pending = str_sub(pending, pos)
+    if #conv.pending > MAX_PENDING then
+        conv.failed = "a backend stream frame is too large"
+        conv.pending = ""
         out[#out + 1] = _M.error_event(fail(conv.failed))
     end
     if eof and not conv.failed then
-        local ires = { outputs = { concat(conv.texts) }, usage = conv.usage }
-        out[#out + 1] = ending(ireq, ires, conv.finish)
+        out[#out + 1] = ending(ireq, { outputs = { concat(conv.texts) } })
     end
     return concat(out)
 end

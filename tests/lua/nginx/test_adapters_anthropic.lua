@@ -1,7 +1,7 @@
 -- The Anthropic Messages conversions (lua/sluice/adapters/anthropic_convert.lua,
--- anthropic.lua, anthropic_stream.lua): caller bodies into the OpenAI chat pivot and
--- back, chat bodies into Anthropic requests and Anthropic answers back, and both
--- sides of their streams.
+-- anthropic.lua, anthropic_stream.lua): caller bodies into the chat form
+-- (adapters/chat.lua) and back, chat work into Anthropic requests and Anthropic
+-- answers back, and both sides of their streams as internal events.
 local cjson = require("cjson.safe")
 local ac = require("sluice.adapters.anthropic_convert")
 local ar = require("sluice.adapters.anthropic_request")
@@ -28,7 +28,7 @@ end
 
 local CHAT = { kind = "chat" }
 
-function T.a_messages_request_becomes_a_chat_body()
+function T.a_messages_request_becomes_a_chat_form_request()
     local doc = json([=[{"model": "claude", "max_tokens": 50, "system": "be brief",
         "stop_sequences": ["END"], "temperature": 0.3, "stream": true,
         "tools": [{"name": "lookup", "description": "d", "input_schema": {"type": "object"}}],
@@ -41,23 +41,23 @@ function T.a_messages_request_becomes_a_chat_body()
           {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"},
             {"type": "text", "text": "thanks"}]}]}]=])
     local ireq = assert(anthropic.decode(CHAT, doc, "claude"))
-    local chat = ireq.params
-    assert(ireq.kind == "chat" and ireq.stream == true)
+    local params, msgs = ireq.params, ireq.messages
+    assert(ireq.kind == "chat" and ireq.chat == true and ireq.stream == true)
     same(ireq.inputs, { "thanks" }, "inputs")
-    same(chat.messages[1], { role = "system", content = "be brief" }, "system")
-    same(chat.messages[2].content[2], { type = "image_url",
+    same(msgs[1], { role = "system", content = "be brief" }, "system")
+    same(msgs[2].content[2], { type = "image_url",
          image_url = { url = "data:image/png;base64,QUJD" } }, "image")
-    local call = chat.messages[3].tool_calls[1]
-    assert(chat.messages[3].content == "calling" and call.id == "t1")
+    local call = msgs[3].tool_calls[1]
+    assert(msgs[3].content == "calling" and call.id == "t1")
     same(json(call["function"].arguments), { q = "x" }, "arguments")
-    same(chat.messages[4], { role = "tool", tool_call_id = "t1", content = "42" }, "tool result")
-    same(chat.messages[5], { role = "user", content = { { type = "text", text = "thanks" } } })
-    assert(chat.tool_choice == "required" and chat.parallel_tool_calls == false)
-    same(chat.tools[1], { type = "function", ["function"] = {
+    same(msgs[4], { role = "tool", tool_call_id = "t1", content = "42" }, "tool result")
+    same(msgs[5], { role = "user", content = { { type = "text", text = "thanks" } } })
+    assert(ireq.tool_choice == "required" and params.parallel_tool_calls == false)
+    same(ireq.tools[1], { type = "function", ["function"] = {
         name = "lookup", description = "d", parameters = { type = "object" } } }, "tools")
-    same(chat.stop, { "END" }, "stop")
-    assert(chat.max_tokens == 50 and chat.temperature == 0.3 and chat.model == "claude")
-    assert(chat.stream_options.include_usage == true)
+    same(params.stop, { "END" }, "stop")
+    assert(params.max_tokens == 50 and params.temperature == 0.3)
+    assert(params.messages == nil and params.tools == nil and params.stream == nil)
 end
 
 function T.an_empty_required_list_is_left_out_of_tool_schemas()
@@ -66,7 +66,7 @@ function T.an_empty_required_list_is_left_out_of_tool_schemas()
         "input_schema": {"type": "object", "required": [], "properties": {
             "required": {}, "o": {"type": "object", "required": [], "properties": {}}}}}]}]=])
     local ireq = assert(anthropic.decode(CHAT, doc, "m"))
-    local p = ireq.params.tools[1]["function"].parameters
+    local p = ireq.tools[1]["function"].parameters
     assert(p.required == nil and p.properties.o.required == nil)
     same(p.properties.required, {}, "a property named required stays")
     local body = assert(ar.from_chat(json([=[{"messages": [{"role": "user", "content": "x"}],
@@ -139,7 +139,8 @@ function T.an_anthropic_answer_becomes_the_internal_response()
                     {"type": "tool_use", "id": "t", "name": "f", "input": {"k": "v"}}],
         "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 3}}]=])))
     assert(ires.outputs[1] == "ab" and ires.finish == "tool_calls")
-    same(json(ires.tool_calls[1]["function"].arguments), { k = "v" })
+    assert(ires.tool_calls[1].id == "t" and ires.tool_calls[1].name == "f")
+    same(json(ires.tool_calls[1].arguments), { k = "v" })
     same(ires.usage, { prompt_tokens = 13, completion_tokens = 5, total_tokens = 18,
                        prompt_tokens_details = { cached_tokens = 3 } }, "usage")
     ires = assert(ac.from_message(json('{"type": "message", "content": [], "stop_reason": "max_tokens"}')))
@@ -150,7 +151,7 @@ function T.the_internal_response_becomes_an_anthropic_message()
     local ireq = { model = "m", inputs = { "a b" } }
     local msg = assert(ac.to_message(ireq, { outputs = { "" }, finish = "tool_calls",
         usage = { prompt_tokens = 4, completion_tokens = 2 },
-        tool_calls = { { id = "c", ["function"] = { name = "f", arguments = '{"x":1}' } } } }, "msg_1"))
+        tool_calls = { { id = "c", name = "f", arguments = '{"x":1}' } } }, "msg_1"))
     assert(msg.stop_reason == "tool_use" and #msg.content == 1)
     same(msg.content[1], { type = "tool_use", id = "c", name = "f", input = { x = 1 } })
     same(msg.usage, { input_tokens = 4, output_tokens = 2 })
@@ -158,7 +159,7 @@ function T.the_internal_response_becomes_an_anthropic_message()
     assert(msg.stop_reason == "max_tokens" and msg.content[1].text == "hi there")
     same(msg.usage, { input_tokens = 2, output_tokens = 2 }, "estimated usage")
     local none, err = ac.to_message(ireq, { outputs = { "" },
-        tool_calls = { { id = "c", ["function"] = { name = "f", arguments = "{oops" } } } }, "m")
+        tool_calls = { { id = "c", name = "f", arguments = "{oops" } } }, "m")
     assert(none == nil and err:find("not a JSON object", 1, true), err)
 end
 
@@ -171,33 +172,49 @@ local function events(s)
     return out
 end
 
-function T.backend_frames_become_anthropic_events()
-    local conv = { ireq = { model = "m", inputs = { "q" } } }
-    local out = {}
-    assert(stream.write(conv, "he", out) and stream.write(conv, "llo", out))
-    assert(stream.write(conv, { tools = { { index = 0, id = "c", name = "f", arguments = '{"a"' } } }, out))
-    assert(stream.write(conv, { tools = { { index = 0, arguments = ":1}" } }, finish = "tool_calls",
-                                usage = { prompt_tokens = 3, completion_tokens = 4 } }, out))
-    local tail = assert(stream.ending(conv))
-    local got = events(table.concat(out) .. tail)
+-- The emitter's output for internal events `evs`, then its finish (or nil, error).
+local function emit(conv, evs)
+    local out = { stream.start(conv) }
+    for _, ev in ipairs(evs) do
+        local piece, err = stream.event(conv, ev)
+        if not piece then
+            return nil, err
+        end
+        out[#out + 1] = piece
+    end
+    local tail, err = stream.finish(conv)
+    if not tail then
+        return nil, err
+    end
+    out[#out + 1] = tail
+    return table.concat(out)
+end
+
+local function conv_of()
+    return { ireq = { model = "m", inputs = { "q" } } }
+end
+
+function T.internal_events_become_anthropic_events()
+    local got = events(assert(emit(conv_of(), {
+        { text = "he" }, { text = "llo" }, { call = 0, id = "c", name = "f", args = '{"a"' },
+        { call = 0, args = ":1}" }, { finish = "tool_calls" },
+        { usage = { prompt_tokens = 3, completion_tokens = 4 } } })))
     local names = {}
     for i, e in ipairs(got) do names[i] = e.name end
-    same(names, { "content_block_start", "content_block_delta", "content_block_delta",
-                  "content_block_stop", "content_block_start", "content_block_delta",
-                  "content_block_stop", "message_delta", "message_stop" }, "order")
-    assert(got[5].data.content_block.type == "tool_use" and got[5].data.index == 1)
-    assert(got[6].data.delta.partial_json == '{"a":1}')
-    assert(got[8].data.delta.stop_reason == "tool_use")
-    same(got[8].data.usage, { input_tokens = 3, output_tokens = 4 })
+    same(names, { "message_start", "content_block_start", "content_block_delta",
+                  "content_block_delta", "content_block_stop", "content_block_start",
+                  "content_block_delta", "content_block_stop", "message_delta",
+                  "message_stop" }, "order")
+    assert(got[6].data.content_block.type == "tool_use" and got[6].data.index == 1)
+    assert(got[7].data.delta.partial_json == '{"a":1}')
+    assert(got[9].data.delta.stop_reason == "tool_use")
+    same(got[9].data.usage, { input_tokens = 3, output_tokens = 4 })
 end
 
 function T.parallel_tool_calls_stream_as_blocks_of_their_own()
-    local conv = { ireq = { model = "m", inputs = { "q" } } }
-    local out = {}
-    assert(stream.write(conv, { tools = { { index = 0, id = "a", name = "f", arguments = "{}" } } }, out))
-    assert(stream.write(conv, { tools = { { index = 1, id = "b", name = "g", arguments = '{"x":' },
-                                          { index = 1, arguments = "2}" } } }, out))
-    local got = events(table.concat(out) .. assert(stream.ending(conv)))
+    local got = events(assert(emit(conv_of(), {
+        { call = 0, id = "a", name = "f", args = "{}" },
+        { call = 1, id = "b", name = "g", args = '{"x":' }, { call = 1, args = "2}" } })))
     local starts = {}
     for _, e in ipairs(got) do
         if e.name == "content_block_start" then
@@ -206,47 +223,47 @@ function T.parallel_tool_calls_stream_as_blocks_of_their_own()
     end
     same(starts, { "0a", "1b" }, "blocks")
     -- a delta for a call whose block has closed cannot be placed
-    local _, err = stream.write(conv, { tools = { { index = 0, arguments = "x" } } }, {})
+    local _, err = emit(conv_of(), { { call = 0, id = "a", name = "f", args = "{}" },
+                                     { call = 1, id = "b", name = "g", args = "{}" },
+                                     { call = 0, args = " " } })
     assert(err and err:find("interleaved", 1, true), err)
-    -- an anthropic backend's two tool_use blocks: tool indexes 0 and 1
+    -- an anthropic backend's two tool_use blocks: calls 0 and 1
     local bconv = {}
     for i, id in ipairs({ "t0", "t1" }) do
-        local ev = stream.frame({ type = "content_block_start", index = i, content_block = {
+        local evs = stream.events({ type = "content_block_start", index = i, content_block = {
             type = "tool_use", id = id, name = "f", input = {} } }, bconv)
-        assert(ev.tools[1].index == i - 1 and ev.tools[1].id == id)
+        assert(evs[1].call == i - 1 and evs[1].id == id and evs[1].name == "f")
     end
 end
 
 function T.broken_tool_arguments_fail_the_stream_both_ways()
-    local conv = { ireq = { model = "m", inputs = { "q" } } }
-    assert(stream.write(conv, { tools = { { index = 0, id = "c", name = "f", arguments = '{"a":' } } }, {}))
-    local tail, err = stream.ending(conv)
-    assert(tail == nil and err:find("not a JSON object", 1, true), err)
+    local _, err = emit(conv_of(), { { call = 0, id = "c", name = "f", args = '{"a":' } })
+    assert(err and err:find("not a JSON object", 1, true), err)
     -- an anthropic backend's stream: checked when the block stops
     local bconv = {}
-    assert(stream.frame(json([=[{"type": "content_block_start", "index": 0,
+    assert(stream.events(json([=[{"type": "content_block_start", "index": 0,
         "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}}]=]), bconv))
-    local ev = stream.frame(json([=[{"type": "content_block_delta", "index": 0,
+    local evs = stream.events(json([=[{"type": "content_block_delta", "index": 0,
         "delta": {"type": "input_json_delta", "partial_json": "{\"a\": "}}]=]), bconv)
-    assert(ev.tools[1].index == 0 and ev.tools[1].arguments == '{"a": ')
-    local none, ferr = stream.frame(json('{"type": "content_block_stop", "index": 0}'), bconv)
+    same(evs, { { call = 0, args = '{"a": ' } }, "argument delta")
+    local none, ferr = stream.events(json('{"type": "content_block_stop", "index": 0}'), bconv)
     assert(none == nil and ferr:find("not a JSON object", 1, true), ferr)
 end
 
-function T.an_anthropic_backend_stream_becomes_stream_events()
+function T.an_anthropic_backend_stream_becomes_internal_events()
     local conv = {}
-    assert(stream.frame(json([=[{"type": "message_start", "message": {"usage": {"input_tokens": 9,
-        "output_tokens": 1}}}]=]), conv) == false)
-    assert(stream.frame(json('{"type": "ping"}'), conv) == false)
-    assert(stream.frame(json([=[{"type": "content_block_start", "index": 0,
-        "content_block": {"type": "text", "text": ""}}]=]), conv) == false)
-    assert(stream.frame(json([=[{"type": "content_block_delta", "index": 0,
-        "delta": {"type": "text_delta", "text": "hi"}}]=]), conv) == "hi")
-    local ev = stream.frame(json([=[{"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+    same(stream.events(json([=[{"type": "message_start", "message": {"usage": {"input_tokens": 9,
+        "output_tokens": 1}}}]=]), conv), {}, "message_start")
+    same(stream.events(json('{"type": "ping"}'), conv), {}, "ping")
+    same(stream.events(json([=[{"type": "content_block_start", "index": 0,
+        "content_block": {"type": "text", "text": ""}}]=]), conv), {}, "empty text block")
+    same(stream.events(json([=[{"type": "content_block_delta", "index": 0,
+        "delta": {"type": "text_delta", "text": "hi"}}]=]), conv), { { text = "hi" } }, "text")
+    local evs = stream.events(json([=[{"type": "message_delta", "delta": {"stop_reason": "end_turn"},
         "usage": {"output_tokens": 6}}]=]), conv)
-    assert(ev.finish == "stop")
-    same(ev.usage, { prompt_tokens = 9, completion_tokens = 6, total_tokens = 15 })
-    local none, err = stream.frame(json(
+    same(evs, { { finish = "stop" },
+                { usage = { prompt_tokens = 9, completion_tokens = 6, total_tokens = 15 } } })
+    local none, err = stream.events(json(
         '{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}'), conv)
     assert(none == nil and err:find("busy", 1, true), err)
 end

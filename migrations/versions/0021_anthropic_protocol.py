@@ -1,21 +1,22 @@
 """Backend protocol `anthropic` (Anthropic's Messages API, lua/sluice/adapters/anthropic.lua).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-03
 """
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
-OLD_PROTOCOLS = "protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor')"
+OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
+                 "'openai_responses')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'anthropic')")
+                 "'openai_responses', 'anthropic')")
 
 
 def upgrade() -> None:
