@@ -139,3 +139,10 @@ def test_anthropic_caller_streams_a_tool_call_from_a_responses_backend(claude):
                                 messages=[{"role": "user", "content": "one two"}]) as s:
         text = "".join(s.text_stream)
     assert text == "echo: one two"
+
+
+def test_what_a_responses_backend_has_no_place_for_is_named(claude):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="resp", max_tokens=10, top_k=5,
+                               messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["error"]["param"] == "top_k", e.value.body

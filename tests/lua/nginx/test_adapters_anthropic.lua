@@ -7,6 +7,8 @@ local ac = require("sluice.adapters.anthropic_convert")
 local ar = require("sluice.adapters.anthropic_request")
 local anthropic = require("sluice.adapters.anthropic")
 local stream = require("sluice.adapters.anthropic_stream")
+local chat_form = require("sluice.adapters.chat")
+local responses_backend = require("sluice.adapters.responses_backend")
 
 local T = {}
 
@@ -266,6 +268,15 @@ function T.an_anthropic_backend_stream_becomes_internal_events()
     local none, err = stream.events(json(
         '{"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}'), conv)
     assert(none == nil and err:find("busy", 1, true), err)
+end
+
+function T.top_k_reaches_a_chat_backend_and_is_refused_by_a_responses_one()
+    local ireq = assert(anthropic.decode(CHAT, json([=[{"max_tokens": 5, "top_k": 7,
+        "messages": [{"role": "user", "content": "x"}]}]=]), "m"))
+    local path, body = chat_form.request(ireq, "m")
+    assert(path == "/v1/chat/completions" and body.top_k == 7 and body.max_tokens == 5)
+    local none, err, param = responses_backend.request(ireq, nil, "m")
+    assert(none == nil and param == "top_k", err)
 end
 
 function T.count_tokens_estimates_a_token_per_four_bytes()
