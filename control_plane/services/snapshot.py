@@ -53,6 +53,9 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         "base_path": parts.path.rstrip("/"),
         "weight": backend.weight,
         **({"auth_header": backend.auth_header} if backend.auth_header else {}),
+        # a hosted vendor's request shape (services/presets.py; lua/sluice/shape.lua)
+        **{k: getattr(backend, k) for k in ("auth_header_name", "headers", "paths", "query")
+           if getattr(backend, k)},
         **({"mapping": backend.mapping.name} if backend.mapping is not None else {}),
         **({"max_in_flight": backend.max_in_flight}
            if backend.max_in_flight is not None else {}),
