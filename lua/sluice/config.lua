@@ -13,6 +13,7 @@ local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
+local shape = require("sluice.shape")
 local same = require("sluice.same").same
 local moved = require("sluice.moved")
 
@@ -75,6 +76,7 @@ local function compile_model(s, name, m, maps)
                     " is not loaded yet; left out until the gateway reloads")
         end
         if b.weight > 0 and (not tls or tls.loaded) then
+            local b_shape, authorization = shape.compile(b)   -- a vendor's headers, paths, query
             local n = pool.n + 1
             pool.n = n
             pool.backends[n] = {
@@ -85,7 +87,9 @@ local function compile_model(s, name, m, maps)
                 port = b.port,
                 host_header = b.host_header or (b.host .. ":" .. b.port),
                 base_path = b.base_path or "",
-                auth_header = b.auth_header or "",
+                auth_header = authorization,
+                shape = b_shape,                -- nil: none (sluice.shape)
+                shape_id = b_shape and b_shape.id or "",
                 max_in_flight = admission.capacity_of(b),
                 tls = tls,                     -- nil for http://
                 tls_id = tls and tls.id or "",

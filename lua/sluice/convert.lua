@@ -45,6 +45,7 @@ local BACKENDS = {
     kserve_v2 = CALLERS.kserve_v2,
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
+    gemini = require("sluice.adapters.gemini"),
 }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine

@@ -84,8 +84,16 @@ _M.response_id = response_id
 function _M.respond(ireq, ires)
     local choices = {}
     if ireq.kind == "chat" then
-        choices[1] = { index = 0, finish_reason = "stop",
+        choices[1] = { index = 0, finish_reason = ires.finish or "stop",
                        message = { role = "assistant", content = text(ires.outputs[1]) } }
+        if ires.tool_calls then   -- a backend's tool calls (adapters/gemini.lua)
+            local calls = {}
+            for i, c in ipairs(ires.tool_calls) do
+                calls[i] = { id = c.id, type = "function",
+                             ["function"] = { name = c.name, arguments = c.arguments } }
+            end
+            choices[1].message.tool_calls = calls
+        end
     else
         for i, out in ipairs(ires.outputs) do
             choices[i] = { index = i - 1, text = text(out), finish_reason = "stop",
@@ -139,7 +147,11 @@ function _M.error_message(doc)
     if type(e) == "table" and type(e.message) == "string" then
         return e.message
     end
-    return type(e) == "string" and e or nil
+    if type(e) == "string" then
+        return e
+    end
+    -- Mistral, vLLM and SGLang answer {"object": "error", "message": ...}
+    return type(doc.message) == "string" and doc.message or nil
 end
 
 return _M

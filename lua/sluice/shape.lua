@@ -1,0 +1,172 @@
+-- How a hosted vendor wants its requests (control_plane/services/presets.py fills it
+-- from a preset; docs/presets.md): the header its key goes in when that is not
+-- Authorization ("api-key", "x-goog-api-key", "x-api-key"), other headers sent as they
+-- are ("anthropic-version"), the gateway's backend paths mapped to the vendor's
+-- (Azure: "/v1/chat/completions" -> "/chat/completions" under the deployment) and a
+-- query string sent with every request ("api-version=..."). An adapter's path may
+-- carry a query of its own (Gemini's ":streamGenerateContent?alt=sse"); the two are
+-- joined, and replace the caller's query string (an OpenAI-style API has none).
+--
+-- compile() runs once per snapshot per backend; apply() once per forward, and costs
+-- one string search for a backend without a shape.
+local cjson = require("cjson.safe")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local set_header = ngx.req.set_header
+local clear_header = ngx.req.clear_header
+local set_uri_args = ngx.req.set_uri_args
+local type = type
+local pairs = pairs
+local concat = table.concat
+local sort = table.sort
+local str_find = string.find
+local str_sub = string.sub
+local str_lower = string.lower
+local re_find = ngx.re.find
+
+local json_null = cjson.null
+
+local TOKEN = [=[^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$]=]
+local LINE = [=[^[^\x00-\x1f\x7f]+$]=]
+local QUERY = [=[^[A-Za-z0-9._~%=&+:,-]{1,1024}$]=]
+local PATH = [=[^/[^\s?#]*$]=]
+
+local _M = {}
+
+-- Header names some backend of this worker's snapshots was sent: a fallback pass
+-- clears them before it applies its own backend's (names only, no values).
+local sent_names = {}
+
+local function str(v)
+    return type(v) == "string" and v ~= "" and v or nil
+end
+
+local function matches(v, re)
+    return type(v) == "string" and re_find(v, re, "jo") ~= nil
+end
+
+-- A backend entry's shape fields (absent or null: none): nil, or what is wrong
+-- with them, after `where`.
+function _M.validate(b, where)
+    local name = b.auth_header_name
+    if name ~= nil and name ~= json_null and not matches(name, TOKEN) then
+        return where .. ".auth_header_name: must be an HTTP header name"
+    end
+    local headers = b.headers
+    if headers ~= nil and headers ~= json_null then
+        if type(headers) ~= "table" then
+            return where .. ".headers: must be an object"
+        end
+        for k, v in pairs(headers) do
+            if not matches(k, TOKEN) or not matches(v, LINE) then
+                return where .. ".headers: must map header names to single-line values"
+            end
+        end
+    end
+    local paths = b.paths
+    if paths ~= nil and paths ~= json_null then
+        if type(paths) ~= "table" then
+            return where .. ".paths: must be an object"
+        end
+        for k, v in pairs(paths) do
+            if not matches(k, PATH) or not matches(v, PATH) then
+                return where .. ".paths: must map paths (/...) to paths"
+            end
+        end
+    end
+    local query = b.query
+    if query ~= nil and query ~= json_null and not matches(query, QUERY) then
+        return where .. ".query: must be a query string (no ? or #)"
+    end
+    return nil
+end
+
+-- A backend's snapshot entry -> its shape (nil: none) and the value for
+-- Authorization ("" when the key goes in another header, or there is none).
+function _M.compile(b)
+    local cred = str(b.auth_header)
+    local name = str(b.auth_header_name)
+    local lname = name and str_lower(name)
+    local elsewhere = cred and lname and lname ~= "authorization"
+    local headers = type(b.headers) == "table" and b.headers ~= json_null and b.headers or nil
+    local paths = type(b.paths) == "table" and b.paths ~= json_null and b.paths or nil
+    local query = str(b.query)
+    if not elsewhere and not headers and not paths and not query then
+        return nil, cred or ""
+    end
+    local shape = { names = {}, values = {}, n = 0, xkey = "", paths = paths,
+                    query = query }
+    local id = {}
+    local function add(hname, value)
+        if str_lower(hname) == "x-api-key" then
+            shape.xkey = value   -- nginx sets X-API-Key itself ($sluice_upstream_xkey)
+        else
+            local n = shape.n + 1
+            shape.n = n
+            shape.names[n], shape.values[n] = hname, value
+        end
+        id[#id + 1] = hname .. ":" .. value
+    end
+    if elsewhere then
+        add(name, cred)
+    end
+    for hname, value in pairs(headers or {}) do
+        if type(hname) == "string" and type(value) == "string" then
+            add(hname, value)
+        end
+    end
+    for from, to in pairs(paths or {}) do
+        id[#id + 1] = from .. ">" .. (type(to) == "string" and to or "")
+    end
+    id[#id + 1] = "?" .. (query or "")
+    sort(id)
+    -- backends a retry may swap (sluice.balancer) send the same request shape
+    shape.id = concat(id, "\n")
+    return shape, elsewhere and "" or (cred or "")
+end
+
+-- Forward step, for `backend` and the backend path `path` an adapter chose: sets the
+-- shape's headers, X-API-Key's variable and the query string on the request (in a
+-- fallback pass, first clears what an earlier pass set). Returns the path to use.
+function _M.apply(ctx, backend, path)
+    local shape = backend.shape
+    local qpos = str_find(path, "?", 1, true)
+    local query
+    if qpos then
+        query = str_sub(path, qpos + 1)
+        path = str_sub(path, 1, qpos - 1)
+    end
+    if ctx.fallback then
+        for hname in pairs(sent_names) do
+            clear_header(hname)
+        end
+        ngx_var.sluice_upstream_xkey = ""
+    end
+    if shape then
+        for i = 1, shape.n do
+            local hname = shape.names[i]
+            sent_names[hname] = true
+            set_header(hname, shape.values[i])
+        end
+        if shape.xkey ~= "" then
+            ngx_var.sluice_upstream_xkey = shape.xkey
+        end
+        if shape.paths then
+            local mapped = shape.paths[path]
+            if type(mapped) == "string" then
+                path = mapped
+            end
+        end
+        if shape.query then
+            query = query and shape.query .. "&" .. query or shape.query
+        end
+    end
+    if query then
+        -- FIXME: a fallback pass to a backend without a query keeps this one
+        set_uri_args(query)
+    end
+    return path
+end
+
+return _M
