@@ -169,8 +169,7 @@ def apply(data: Mapping[str, Any]) -> dict[str, Any]:
             raise Invalid({"base_url": "is required by the preset (its server's URL)"})
         filled["url"] = _fill(base, values, "URL").rstrip("/") + _fill(preset.path, values,
                                                                         "URL")
-    if preset.query:
-        filled["query"] = _fill(preset.query, values, "query string")
+    filled["query"] = _fill(preset.query, values, "query string") if preset.query else None
     if "auth_header" not in data:
         if "api_key" in values:
             filled["auth_header"] = preset.auth_format.format(api_key=values["api_key"])
