@@ -49,6 +49,20 @@ local cached, cached_doc, cached_gen, cached_moved
 -- Returns true, or nil and a message naming the first bad field (sluice.validate).
 _M.validate = validate.snapshot
 
+-- A backend's credential as $sluice_upstream_auth carries it: an `anthropic`
+-- backend's key goes as X-API-Key (nginx.conf.tmpl maps the "x-api-key:" mark),
+-- its "Bearer " prefix, if any, left off; every other's is the Authorization header.
+local function credential(b)
+    local value = b.auth_header
+    if not value then
+        return ""
+    end
+    if b.protocol == "anthropic" then
+        return "x-api-key:" .. (value:match("^Bearer%s+(.+)$") or value)
+    end
+    return value
+end
+
 -- One model of decoded snapshot `s` -> what the hot path reads. Pools hold only
 -- backends with weight > 0 (and, for https, whose trust location is loaded);
 -- `current` is the smooth-weighted-round-robin state of this worker.
@@ -76,7 +90,6 @@ local function compile_model(s, name, m, maps)
                     " is not loaded yet; left out until the gateway reloads")
         end
         if b.weight > 0 and (not tls or tls.loaded) then
-            local b_shape, authorization = shape.compile(b)   -- a vendor's headers, paths, query
             local n = pool.n + 1
             pool.n = n
             pool.backends[n] = {
@@ -87,13 +100,13 @@ local function compile_model(s, name, m, maps)
                 port = b.port,
                 host_header = b.host_header or (b.host .. ":" .. b.port),
                 base_path = b.base_path or "",
-                auth_header = authorization,
-                shape = b_shape,                -- nil: none (sluice.shape)
-                shape_id = b_shape and b_shape.id or "",
+                auth_header = credential(b),
                 max_in_flight = admission.capacity_of(b),
                 tls = tls,                     -- nil for http://
                 tls_id = tls and tls.id or "",
             }
+            -- a hosted vendor's key header, other headers, paths and query (sluice.shape)
+            shape.attach(pool.backends[n], b)
             pool.weights[n] = b.weight
             pool.current[n] = 0
             pool.eff[n] = b.weight

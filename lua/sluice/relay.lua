@@ -59,7 +59,7 @@ local WAIT_S = 60   -- one wait for a stream's next piece (the backend timeout e
 local VARS = { "sluice_ctx_ref", "sl_id", "sl_host",
                "sluice_upstream_uri", "sluice_upstream_auth", "sluice_upstream_tls",
                "sluice_tls_name", "sluice_tls_cert", "sluice_tls_key",
-               "sl_tp", "sluice_upstream_xkey" }
+               "sl_tp" }
 -- the subrequest's framing, not the answer's
 local HOP = { ["content-length"] = true, ["transfer-encoding"] = true,
               connection = true, ["keep-alive"] = true }

@@ -7,12 +7,11 @@
 -- carry a query of its own (Gemini's ":streamGenerateContent?alt=sse"); the two are
 -- joined, and replace the caller's query string (an OpenAI-style API has none).
 --
--- compile() runs once per snapshot per backend; apply() once per forward, and costs
+-- attach() runs once per snapshot per backend; apply() once per forward, and costs
 -- one string search for a backend without a shape.
 local cjson = require("cjson.safe")
 
 local ngx = ngx
-local ngx_var = ngx.var
 local set_header = ngx.req.set_header
 local clear_header = ngx.req.clear_header
 local set_uri_args = ngx.req.set_uri_args
@@ -82,9 +81,12 @@ function _M.validate(b, where)
     return nil
 end
 
--- A backend's snapshot entry -> its shape (nil: none) and the value for
--- Authorization ("" when the key goes in another header, or there is none).
-function _M.compile(b)
+-- Config step: the shape of backend entry `b` onto `backend`, its compiled form
+-- (backend.shape, nil for none; backend.shape_id, for sluice.balancer's retries). A
+-- key whose header is not Authorization leaves backend.auth_header: in X-API-Key it
+-- becomes the "x-api-key:" mark nginx.conf.tmpl maps to that header, in any other
+-- header one of the shape's.
+function _M.attach(backend, b)
     local cred = str(b.auth_header)
     local name = str(b.auth_header_name)
     local lname = name and str_lower(name)
@@ -93,22 +95,20 @@ function _M.compile(b)
     local paths = type(b.paths) == "table" and b.paths ~= json_null and b.paths or nil
     local query = str(b.query)
     if not elsewhere and not headers and not paths and not query then
-        return nil, cred or ""
+        return
     end
-    local shape = { names = {}, values = {}, n = 0, xkey = "", paths = paths,
-                    query = query }
+    local shape = { names = {}, values = {}, n = 0, paths = paths, query = query }
     local id = {}
     local function add(hname, value)
-        if str_lower(hname) == "x-api-key" then
-            shape.xkey = value   -- nginx sets X-API-Key itself ($sluice_upstream_xkey)
-        else
-            local n = shape.n + 1
-            shape.n = n
-            shape.names[n], shape.values[n] = hname, value
-        end
+        local n = shape.n + 1
+        shape.n = n
+        shape.names[n], shape.values[n] = hname, value
         id[#id + 1] = hname .. ":" .. value
     end
-    if elsewhere then
+    if lname == "x-api-key" and cred then
+        backend.auth_header = "x-api-key:" .. cred
+    elseif elsewhere then
+        backend.auth_header = ""
         add(name, cred)
     end
     for hname, value in pairs(headers or {}) do
@@ -121,14 +121,13 @@ function _M.compile(b)
     end
     id[#id + 1] = "?" .. (query or "")
     sort(id)
-    -- backends a retry may swap (sluice.balancer) send the same request shape
     shape.id = concat(id, "\n")
-    return shape, elsewhere and "" or (cred or "")
+    backend.shape, backend.shape_id = shape, shape.id
 end
 
 -- Forward step, for `backend` and the backend path `path` an adapter chose: sets the
--- shape's headers, X-API-Key's variable and the query string on the request (in a
--- fallback pass, first clears what an earlier pass set). Returns the path to use.
+-- shape's headers and the query string on the request (in a fallback pass, first
+-- clears the headers an earlier pass set). Returns the path to use.
 function _M.apply(ctx, backend, path)
     local shape = backend.shape
     local qpos = str_find(path, "?", 1, true)
@@ -141,16 +140,12 @@ function _M.apply(ctx, backend, path)
         for hname in pairs(sent_names) do
             clear_header(hname)
         end
-        ngx_var.sluice_upstream_xkey = ""
     end
     if shape then
         for i = 1, shape.n do
             local hname = shape.names[i]
             sent_names[hname] = true
             set_header(hname, shape.values[i])
-        end
-        if shape.xkey ~= "" then
-            ngx_var.sluice_upstream_xkey = shape.xkey
         end
         if shape.paths then
             local mapped = shape.paths[path]

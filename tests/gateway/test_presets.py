@@ -52,7 +52,7 @@ def preset_entry(bid: int, preset: str, port: int, **values) -> dict:
 @pytest.fixture(scope="module")
 def imitations():
     """One imitation per vendor, on free ports, for the module."""
-    handlers = {name: handler_for(v) for name, v in VENDORS.items()}
+    handlers = {name: handler_for(v) for name, v in VENDORS.items()}   # (and keyed_proxy)
     handlers["gemini"] = vendor_gemini.GeminiImitation
     ports, stack = {}, []
     try:
@@ -72,6 +72,9 @@ def vendors(gateway, helpers, imitations):
     models = {}
     for i, (model, (preset, values)) in enumerate(COMPATIBLE.items(), start=1):
         models[model] = (5000, [preset_entry(i, preset, imitations[preset][1], **values)])
+    models["proxied-model"] = (5000, [preset_entry(
+        40, "vllm", imitations["keyed_proxy"][1], auth_header_name="X-API-Key",
+        auth_header="proxy-key")])
     models[GEMINI] = (5000, [preset_entry(50, "gemini", imitations["gemini"][1],
                                           api_key=vendor_gemini.KEY, upstream_model=GEMINI)])
     r = gateway.push(helpers.make_snapshot(1, models))
@@ -101,6 +104,15 @@ def test_openai_compatible_chat_reaches_the_vendor_as_documented(vendors, imitat
     assert "x-api-key" not in seen["headers"]
     if vendor.key_header != "Authorization" or not vendor.key:
         assert "authorization" not in seen["headers"]
+
+
+def test_key_in_x_api_key(vendors, imitations):
+    """A key header set by hand (here X-API-Key, which callers' own keys use too)."""
+    out = vendors.chat.completions.create(
+        model="proxied-model", messages=[{"role": "user", "content": "through the proxy"}])
+    assert out.choices[0].message.content == "keyed_proxy says: through the proxy"
+    headers = last_seen(imitations, "keyed_proxy")["headers"]
+    assert headers["x-api-key"] == "proxy-key" and "authorization" not in headers
 
 
 @pytest.mark.parametrize("model", list(COMPATIBLE))

@@ -68,6 +68,9 @@ VENDORS = {v.name: v for v in (
            models=("Qwen/Qwen2.5-7B-Instruct",)),
     Vendor("sglang", "/v1/chat/completions", "sglang-key", error="flat",
            models=("meta-llama/Llama-3.1-8B-Instruct",)),
+    # a self-hosted server behind a proxy that wants its key as X-API-Key
+    Vendor("keyed_proxy", "/v1/chat/completions", "proxy-key", key_header="X-API-Key",
+           key_format="{key}", models=("proxied-model",)),
 )}
 
 
@@ -111,7 +114,7 @@ def handler_for(vendor: Vendor) -> type[Backend]:
                     return self.refuse(401, "Incorrect API key provided", "invalid_api_key")
             if vendor.key_header != "Authorization" and self.headers.get("Authorization"):
                 return self.refuse(401, "unexpected Authorization header", "invalid_auth")
-            if self.headers.get("X-API-Key"):
+            if vendor.key_header != "X-API-Key" and self.headers.get("X-API-Key"):
                 return self.refuse(401, "unexpected X-API-Key header", "invalid_auth")
             if not isinstance(body, dict):
                 return self.refuse(400, "body is not JSON", "invalid_json")
