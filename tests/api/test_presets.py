@@ -128,3 +128,10 @@ def test_anthropic_preset_needs_its_protocol(api, make):
     else:
         assert r.status_code == 422
         assert "anthropic" in r.get_json()["error"]["fields"]["preset"]
+
+
+def test_without_a_preset_url_and_protocol_are_required(offline_api):
+    """Refused before any database access, both named at once."""
+    r = offline_api("post", "/backends", json={"name": "b", "model_id": 1})
+    assert r.status_code == 422
+    assert set(r.get_json()["error"]["fields"]) == {"url", "protocol"}
