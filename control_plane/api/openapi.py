@@ -192,7 +192,8 @@ _PRESET = _object(
     auth_header_name={"type": "string"}, auth_format={"type": "string"},
     key_required={"type": "boolean"}, headers=_STRINGS, paths=_STRINGS,
     query={"type": ["string", "null"]}, defaults=_STRINGS,
-    needs={"type": "array", "items": {"type": "string"}}, docs={"type": "string"})
+    needs={"type": "array", "items": {"type": "string"}}, probed={"type": "boolean"},
+    docs={"type": "string"})
 
 
 def _other_paths() -> dict[str, Any]:

@@ -46,6 +46,9 @@ class Preset:
     query: str = ""                   # pattern
     defaults: dict[str, str] = field(default_factory=dict)
     docs: str = ""                    # the vendor's API reference
+    # a hosted vendor has no readiness endpoint of a model server's: the controller's
+    # health checks leave its backends alone (controller/health_loop.py)
+    probed: bool = False
 
     @property
     def available(self) -> bool:
@@ -71,7 +74,7 @@ class Preset:
                 "auth_format": self.auth_format, "key_required": self.key_required,
                 "headers": dict(self.headers), "paths": dict(self.paths),
                 "query": self.query or None, "defaults": dict(self.defaults),
-                "needs": self.needs(), "docs": self.docs}
+                "needs": self.needs(), "probed": self.probed, "docs": self.docs}
 
 
 # The OpenAI chat paths an Azure deployment serves under its own path.
@@ -82,7 +85,8 @@ _AZURE_PATHS = {"/v1/chat/completions": "/chat/completions",
 def _compatible(name: str, title: str, base_url: str, docs: str,
                 key_required: bool = True) -> Preset:
     """An OpenAI-compatible vendor: the `openai` protocol under its own base URL."""
-    return Preset(name, title, "openai", base_url, key_required=key_required, docs=docs)
+    return Preset(name, title, "openai", base_url, key_required=key_required, docs=docs,
+                  probed=not key_required)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -115,6 +119,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                 "https://docs.sglang.ai/basic_usage/openai_api.html", key_required=False),
 )}
 NAMES = tuple(PRESETS)
+
+
+def probed(name: str | None) -> bool:
+    """Do the controller's health checks probe a backend made from preset `name`?
+    (A backend of no preset: as its protocol says.)"""
+    return name not in PRESETS or PRESETS[name].probed
 
 
 def listing() -> list[dict[str, Any]]:

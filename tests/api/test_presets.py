@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from control_plane.services import presets
+from control_plane.clients.gateway import GatewayClient
+from control_plane.controller.health_loop import HealthLoop
+from control_plane.db import make_engine, make_sessionmaker
+from control_plane.demo.backends import serve
+from control_plane.services import presets, snapshot
+from control_plane.settings import Settings
 from control_plane.tables.config import PROTOCOLS
 
 
@@ -135,3 +140,31 @@ def test_without_a_preset_url_and_protocol_are_required(offline_api):
     r = offline_api("post", "/backends", json={"name": "b", "model_id": 1})
     assert r.status_code == 422
     assert set(r.get_json()["error"]["fields"]) == {"url", "protocol"}
+
+
+def test_health_checks_leave_hosted_vendors_alone(api, make, db_url):
+    """A hosted vendor has no model server's /health: its backends are not probed, a
+    self-hosted preset's are (both here on a demo server that is still loading)."""
+    server = serve("openai", "127.0.0.1", 0, "loading-openai", loading_s=600)
+    try:
+        model = make("model")
+        names = {}
+        for preset, values in (("deepseek", {"api_key": "k"}), ("vllm", {})):
+            r = api("post", "/backends", json={"name": f"{preset}-h", "model_id": model["id"],
+                                               "preset": preset, "base_url": server.url,
+                                               **values})
+            assert r.status_code == 201, r.get_json()
+            names[preset] = r.get_json()["name"]
+        engine = make_engine(db_url)
+        sessions = make_sessionmaker(engine)
+        try:
+            with sessions() as session:
+                snap = snapshot.build(session)
+            HealthLoop(GatewayClient(None)).run(Settings(health_timeout=2.0), sessions, [],
+                                                snap)
+        finally:
+            engine.dispose()
+        got = {b["backend"]: b["state"] for b in api("get", "/health").get_json()["backends"]}
+        assert got == {names["vllm"]: "loading", names["deepseek"]: "unknown"}
+    finally:
+        server.shutdown()
