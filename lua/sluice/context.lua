@@ -94,6 +94,8 @@
 --                                        then, or to clear one)
 --  upstream_tls          upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
 --                                        then, or to clear it)
+--  upstream_shape        shape           a vendor's headers or query string are on the request
+--                                        (written only then, or once they are cleared)
 --  job_id                jobs            the job a worker's request runs (never made async again)
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a

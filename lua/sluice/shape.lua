@@ -33,8 +33,8 @@ local PATH = [=[^/[^\s?#]*$]=]
 
 local _M = {}
 
--- Header names some backend of this worker's snapshots was sent: a fallback pass
--- clears them before it applies its own backend's (names only, no values).
+-- Header names some backend of this worker's snapshots was sent: a later pass of a
+-- request that was sent some clears them before it applies its own (names only).
 local sent_names = {}
 
 local function str(v)
@@ -126,8 +126,9 @@ function _M.attach(backend, b)
 end
 
 -- Forward step, for `backend` and the backend path `path` an adapter chose: sets the
--- shape's headers and the query string on the request (in a fallback pass, first
--- clears the headers an earlier pass set). Returns the path to use.
+-- shape's headers and the query string on the request. A pass after one that set
+-- them (the fallback's) first clears them: another vendor never gets them. Returns
+-- the path to use. Writes ctx.upstream_shape.
 function _M.apply(ctx, backend, path)
     local shape = backend.shape
     local qpos = str_find(path, "?", 1, true)
@@ -136,7 +137,8 @@ function _M.apply(ctx, backend, path)
         query = str_sub(path, qpos + 1)
         path = str_sub(path, 1, qpos - 1)
     end
-    if ctx.fallback then
+    local earlier = ctx.upstream_shape
+    if earlier then
         for hname in pairs(sent_names) do
             clear_header(hname)
         end
@@ -158,8 +160,12 @@ function _M.apply(ctx, backend, path)
         end
     end
     if query then
-        -- FIXME: a fallback pass to a backend without a query keeps this one
         set_uri_args(query)
+    elseif earlier then
+        set_uri_args("")   -- the earlier vendor's query (the caller's was gone with it)
+    end
+    if shape or query or earlier then
+        ctx.upstream_shape = (shape ~= nil and shape.n > 0) or query ~= nil
     end
     return path
 end

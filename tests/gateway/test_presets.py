@@ -17,7 +17,7 @@ from control_plane.services.snapshot import backend_entry
 from control_plane.tables.config import Backend as BackendRow
 from tests.gateway import vendor_gemini
 from tests.gateway.backend_http import served
-from tests.gateway.vendor_openai import FAIL, VENDORS, handler_for
+from tests.gateway.vendor_openai import FAIL, HANG, VENDORS, handler_for
 
 # Sluice model name -> (preset, the values the operator gives besides base_url)
 COMPATIBLE = {
@@ -77,7 +77,13 @@ def vendors(gateway, helpers, imitations):
         auth_header="proxy-key")])
     models[GEMINI] = (5000, [preset_entry(50, "gemini", imitations["gemini"][1],
                                           api_key=vendor_gemini.KEY, upstream_model=GEMINI)])
-    r = gateway.push(helpers.make_snapshot(1, models))
+    # Azure again, slow for its model's timeout, with OpenAI as its fallback
+    models["azure-slow"] = (500, [preset_entry(70, "azure_openai",
+                                               imitations["azure_openai"][1],
+                                               api_key="az-key-123", deployment="gpt4o-prod")])
+    snap = helpers.make_snapshot(1, models)
+    snap["models"]["azure-slow"]["fallback_model"] = "gpt-4o-mini"
+    r = gateway.push(snap)
     assert r.status_code == 200, r.text
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=helpers.KEY, max_retries=0)
 
@@ -104,6 +110,20 @@ def test_openai_compatible_chat_reaches_the_vendor_as_documented(vendors, imitat
     assert "x-api-key" not in seen["headers"]
     if vendor.key_header != "Authorization" or not vendor.key:
         assert "authorization" not in seen["headers"]
+
+
+def test_a_fallback_gets_none_of_the_first_vendors_shape(vendors, imitations):
+    """Azure times out; its fallback (OpenAI) gets neither Azure's key header nor its
+    api-version query."""
+    raw = vendors.chat.completions.with_raw_response.create(
+        model="azure-slow", messages=[{"role": "user", "content": HANG}])
+    assert raw.headers["X-Sluice-Fallback"] == "gpt-4o-mini"
+    assert raw.parse().choices[0].message.content == f"openai says: {HANG}"
+    azure, openai_seen = last_seen(imitations, "azure_openai"), last_seen(imitations, "openai")
+    assert azure["query"] == {"api-version": "2024-10-21"} and "api-key" in azure["headers"]
+    assert openai_seen["path"] == "/v1/chat/completions" and openai_seen["query"] == {}
+    assert "api-key" not in openai_seen["headers"]
+    assert openai_seen["headers"]["authorization"] == "Bearer sk-openai-test"
 
 
 def test_key_in_x_api_key(vendors, imitations):

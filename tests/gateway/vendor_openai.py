@@ -6,7 +6,8 @@ its stream framing. A request not shaped as the vendor wants is refused the way 
 vendor refuses it, so a gateway that sends the wrong shape fails the test.
 
 The answer: "<vendor> says: <last user text>"; a last user message "please fail"
-gets the vendor's own 400 error; usage counts whitespace-separated words."""
+gets the vendor's own 400 error, "please hang" an answer two seconds late; usage
+counts whitespace-separated words."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 from tests.gateway.backend_http import Backend
 
 FAIL = "please fail"
+HANG = "please hang"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,8 @@ def handler_for(vendor: Vendor) -> type[Backend]:
             last = user[-1] if user else ""
             if last == FAIL:
                 return self.refuse(400, f"{vendor.name} refused: bad input", "invalid_value")
+            if last == HANG:
+                time.sleep(2)   # past the model's timeout in the tests that send it
             answer = f"{vendor.name} says: {last}"
             prompt = sum(len(_text(m.get("content")).split()) for m in messages)
             usage = {"prompt_tokens": prompt, "completion_tokens": len(answer.split()),
