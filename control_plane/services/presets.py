@@ -185,4 +185,6 @@ def apply(data: Mapping[str, Any]) -> dict[str, Any]:
             filled["auth_header"] = preset.auth_format.format(api_key=values["api_key"])
         elif preset.key_required:
             raise Invalid({"api_key": "is required by the preset"})
+        else:   # none: no other vendor's key stays behind (a PATCH to this preset)
+            filled["auth_header"] = None
     return {**filled, **out}

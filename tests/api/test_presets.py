@@ -98,6 +98,13 @@ def test_self_hosted_preset_needs_only_its_url(api, make):
     b = r.get_json()
     assert (b["url"], b["protocol"], b["auth_header_set"]) == ("http://gpu-3:8000", "openai",
                                                                False)
+    # moved to a preset that takes no key, a backend keeps none of the last vendor's
+    r = api("post", "/backends", json={"name": "ds-2", "model_id": model["id"],
+                                       "preset": "deepseek", "api_key": "sk-ds"})
+    assert r.get_json()["auth_header_set"] is True
+    r = api("patch", f"/backends/{r.get_json()['id']}",
+            json={"preset": "sglang", "base_url": "http://gpu-4:30000"})
+    assert r.status_code == 200 and r.get_json()["auth_header_set"] is False
 
 
 @pytest.mark.parametrize("body,field", [
