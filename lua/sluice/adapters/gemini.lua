@@ -10,7 +10,8 @@
 --             envelopes) -> one user turn. POST <model>:generateContent, or
 --             :streamGenerateContent?alt=sse when the caller streams.
 --   response  candidates[0].content.parts: text (thoughts left out) and functionCall
---             -> outputs, tool_calls; finishReason STOP / MAX_TOKENS / safety ->
+--             -> outputs, tool_calls (each {id, name, arguments} and, in the same
+--             table, OpenAI's {id, type, function}); finishReason STOP / MAX_TOKENS / safety ->
 --             finish; usageMetadata promptTokenCount / candidatesTokenCount -> usage
 --   stream    each SSE frame is a GenerateContentResponse: its text is a delta, a
 --             functionCall arrives whole; `frame` gives the text (adapters/sse.lua),
@@ -263,10 +264,12 @@ local function read(doc, base)
                 calls = calls or {}
                 local fc = p.functionCall
                 local n = #calls + 1
-                calls[n] = { id = type(fc.id) == "string" and fc.id or "call_" .. (base + n),
-                             name = fc.name,
-                             arguments = type(fc.args) == "table" and cjson.encode(fc.args)
-                                         or "{}" }
+                local id = type(fc.id) == "string" and fc.id or "call_" .. (base + n)
+                local args = type(fc.args) == "table" and cjson.encode(fc.args) or "{}"
+                -- both internal forms a caller adapter may read: {id, name, arguments}
+                -- and OpenAI's own tool call
+                calls[n] = { id = id, name = fc.name, arguments = args, type = "function",
+                             ["function"] = { name = fc.name, arguments = args } }
             end
         end
     end
