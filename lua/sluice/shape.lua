@@ -128,7 +128,7 @@ end
 -- Forward step, for `backend` and the backend path `path` an adapter chose: sets the
 -- shape's headers and the query string on the request. A pass after one that set
 -- them (the fallback's) first clears them: another vendor never gets them. Returns
--- the path to use. Writes ctx.upstream_shape.
+-- the path to use. Writes ctx.backend.shape.
 function _M.apply(ctx, backend, path)
     local shape = backend.shape
     local qpos = str_find(path, "?", 1, true)
@@ -137,7 +137,7 @@ function _M.apply(ctx, backend, path)
         query = str_sub(path, qpos + 1)
         path = str_sub(path, 1, qpos - 1)
     end
-    local earlier = ctx.upstream_shape
+    local earlier = ctx.backend.shape
     if earlier then
         for hname in pairs(sent_names) do
             clear_header(hname)
@@ -165,7 +165,7 @@ function _M.apply(ctx, backend, path)
         set_uri_args("")   -- the earlier vendor's query (the caller's was gone with it)
     end
     if shape or query or earlier then
-        ctx.upstream_shape = (shape ~= nil and shape.n > 0) or query ~= nil
+        ctx.backend.shape = (shape ~= nil and shape.n > 0) or query ~= nil
     end
     return path
 end

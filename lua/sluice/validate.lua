@@ -23,8 +23,8 @@ local floor = math.floor
 local json_null = cjson.null
 
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
-                    vendor = true, gemini = true }
-local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, gemini"
+                    vendor = true, openai_responses = true, gemini = true }
+local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini"
 local SCHEMES = { http = true, https = true }
 
 local _M = {}

@@ -234,6 +234,47 @@ def test_gemini_tool_round_trip(vendors, imitations):
         "name": "lookup", "response": {"output": "sunny, 21 C"}}}]}
 
 
+def test_gemini_streamed_tool_call(vendors, imitations):
+    stream = vendors.chat.completions.create(
+        model=GEMINI, stream=True, tools=TOOLS,
+        messages=[{"role": "user", "content": "use a tool weather in Rome"}])
+    calls, finish = {}, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for tc in choice.delta.tool_calls or []:
+                c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+                c["id"] = tc.id or c["id"]
+                c["name"] = tc.function.name or c["name"]
+                c["arguments"] += tc.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    assert list(calls) == [0] and calls[0]["name"] == "lookup" and calls[0]["id"]
+    assert json.loads(calls[0]["arguments"]) == {"query": "weather in Rome"}
+    assert last_seen(imitations, "gemini")["path"].endswith(":streamGenerateContent")
+
+
+def test_gemini_from_the_responses_api(vendors, imitations):
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    with vendors.responses.stream(model=GEMINI, input="use a tool weather in Oslo",
+                                  tools=tools) as s:
+        events = list(s)
+        final = s.get_final_response()
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert [c.name for c in calls] == ["lookup"]
+    assert json.loads(calls[0].arguments) == {"query": "weather in Oslo"}
+    done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert [json.loads(a) for a in done] == [{"query": "weather in Oslo"}]
+    second = vendors.responses.create(model=GEMINI, tools=tools, input=[
+        {"role": "user", "content": "use a tool weather in Oslo"},
+        {"type": "function_call", "call_id": calls[0].call_id, "name": "lookup",
+         "arguments": calls[0].arguments},
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "snow"}])
+    assert second.output_text == "tool said: snow"
+    sent = last_seen(imitations, "gemini")["body"]["contents"]
+    assert sent[2] == {"role": "user", "parts": [{"functionResponse": {
+        "name": "lookup", "response": {"output": "snow"}}}]}
+
+
 def test_gemini_error_in_its_shape(vendors):
     with pytest.raises(openai.BadRequestError) as exc:
         vendors.chat.completions.create(model=GEMINI,

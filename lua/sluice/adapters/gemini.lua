@@ -10,12 +10,12 @@
 --             envelopes) -> one user turn. POST <model>:generateContent, or
 --             :streamGenerateContent?alt=sse when the caller streams.
 --   response  candidates[0].content.parts: text (thoughts left out) and functionCall
---             -> outputs, tool_calls (each {id, name, arguments} and, in the same
---             table, OpenAI's {id, type, function}); finishReason STOP / MAX_TOKENS / safety ->
+--             -> outputs, tool_calls (the internal chat form, adapters/chat.lua:
+--             {id, name, arguments}); finishReason STOP / MAX_TOKENS / safety ->
 --             finish; usageMetadata promptTokenCount / candidatesTokenCount -> usage
 --   stream    each SSE frame is a GenerateContentResponse: its text is a delta, a
---             functionCall arrives whole; `frame` gives the text (adapters/sse.lua),
---             `events` the internal events (text, call, finish, usage)
+--             functionCall arrives whole; `events` gives the internal events (text,
+--             call, finish, usage) that adapters/stream.lua writes in the caller's API
 --   errors    {"error": {"code", "message", "status"}}
 local cjson = require("cjson.safe")
 local common = require("sluice.adapters.common")
@@ -41,7 +41,7 @@ local FINISH = { STOP = "stop", MAX_TOKENS = "length", SAFETY = "content_filter"
 -- OpenAI tool_choice strings -> functionCallingConfig.mode
 local MODES = { auto = "AUTO", none = "NONE", required = "ANY" }
 
-local _M = { tools = true }   -- carries tools (sluice.carry, once there)
+local _M = {}
 
 local function bad(msg, param)
     return nil, msg, param
@@ -266,10 +266,7 @@ local function read(doc, base)
                 local n = #calls + 1
                 local id = type(fc.id) == "string" and fc.id or "call_" .. (base + n)
                 local args = type(fc.args) == "table" and cjson.encode(fc.args) or "{}"
-                -- both internal forms a caller adapter may read: {id, name, arguments}
-                -- and OpenAI's own tool call
-                calls[n] = { id = id, name = fc.name, arguments = args, type = "function",
-                             ["function"] = { name = fc.name, arguments = args } }
+                calls[n] = { id = id, name = fc.name, arguments = args }
             end
         end
     end
@@ -310,14 +307,6 @@ end
 
 function _M.streams(ireq)
     return ireq.stream == true
-end
-
--- One stream frame -> its text delta (adapters/sse.lua), or nil, message.
-function _M.frame(doc)
-    if doc.error ~= nil then
-        return nil, _M.error_message(doc) or "the backend's stream reported an error"
-    end
-    return (read(doc, 0)) or ""
 end
 
 -- One stream frame -> internal events (adapters/stream.lua), or nil, message. The

@@ -9,8 +9,8 @@ backends.paths             the gateway's backend path -> this backend's, e.g.
 backends.query             the query string sent with every request (api-version=...)
 and the `gemini` protocol (lua/sluice/adapters/gemini.lua).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -19,14 +19,15 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
-OLD_PROTOCOLS = "protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor')"
+OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
+                 "'openai_responses')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'gemini')")
+                 "'openai_responses', 'gemini')")
 
 
 def upgrade() -> None:
