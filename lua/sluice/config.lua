@@ -13,6 +13,7 @@ local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
+local shape = require("sluice.shape")
 local same = require("sluice.same").same
 local moved = require("sluice.moved")
 
@@ -104,6 +105,8 @@ local function compile_model(s, name, m, maps)
                 tls = tls,                     -- nil for http://
                 tls_id = tls and tls.id or "",
             }
+            -- a hosted vendor's key header, other headers, paths and query (sluice.shape)
+            shape.attach(pool.backends[n], b)
             pool.weights[n] = b.weight
             pool.current[n] = 0
             pool.eff[n] = b.weight

@@ -51,6 +51,7 @@ local BACKENDS = {
     vendor = require("sluice.adapters.vendor"),
     openai_responses = require("sluice.adapters.responses_backend"),
     anthropic = CALLERS.anthropic,
+    gemini = require("sluice.adapters.gemini"),
 }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine

@@ -1,22 +1,22 @@
 """Backend protocol `anthropic` (Anthropic's Messages API, lua/sluice/adapters/anthropic.lua).
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-03
 """
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0021"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
 OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses')")
+                 "'openai_responses', 'gemini')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses', 'anthropic')")
+                 "'openai_responses', 'gemini', 'anthropic')")
 
 
 def upgrade() -> None:
