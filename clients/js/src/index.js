@@ -241,7 +241,8 @@ export class Sluice {
       signal?.addEventListener("abort", onAbort, { once: true });
       let error;
       try {
-        const resp = await this._fetch(url, {
+        // fetch called as a method of the client is an "Illegal invocation" in browsers
+        const resp = await this._fetch.call(globalThis, url, {
           method, headers, signal: controller.signal,
           body: body === undefined ? undefined : JSON.stringify(body),
         });
