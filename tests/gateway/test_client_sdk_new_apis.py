@@ -97,7 +97,7 @@ def test_responses_text_whole_and_streamed(client):
     assert "response.output_item.added" in types
     whole = stream.final()
     assert text_of(whole) == "echo: one two three"
-    assert whole["usage"]["output_tokens"] == 3
+    assert whole["usage"]["output_tokens"] == 4      # "echo: one two three"
 
 
 def test_responses_tool_round_trip(client):
