@@ -3,23 +3,28 @@
 first offered tool on "use a tool <rest>" with {"query": "<rest>"} and answers a tool
 result "tool said: <content>"): text, streams, tool round trips, typed errors from
 Anthropic-shaped bodies, retries. The JS SDK runs the same in Node and in a browser's
-Web Worker."""
+Web Worker. Brief 001's `Model("claude-2")` call reaches the demo's Anthropic-protocol
+backend (the same tool rule)."""
 from __future__ import annotations
 
 import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from browser_worker import chromium, page_server, run_checks
-from sluice_client import (AuthenticationError, BadRequestError, NotFoundError,
-                           PermissionDeniedError, RateLimitError, ServiceUnavailableError,
-                           Sluice, ToolCall, text_of, tool_calls)
+from sluice_client import (APIStatusError, AuthenticationError, BadRequestError, Model,
+                           NotFoundError, PermissionDeniedError, RateLimitError,
+                           ServiceUnavailableError, Sluice, ToolCall, text_of, tool_calls)
 
-JS = Path(__file__).resolve().parents[2] / "clients" / "js"
+from control_plane.runtime import procs
+
+REPO = Path(__file__).resolve().parents[2]
+JS = REPO / "clients" / "js"
 PLAN_KEY = "sk-test-sdk-new-apis-0123456789abcdef"   # consumer 3: one request per 2 s
 LOOKUP = {"type": "function", "function": {
     "name": "lookup", "description": "look a thing up",
@@ -28,20 +33,83 @@ USE = [{"role": "user", "content": "use a tool the weather in Oslo"}]
 ASKED = {"query": "the weather in Oslo"}
 
 
-def snapshot(helpers, backends) -> dict:
-    snap = helpers.make_snapshot(1, {
+@pytest.fixture(scope="module")
+def claude_port(tmp_path_factory):
+    """The demo's Anthropic-protocol backend."""
+    port = procs.free_port()
+    log = tmp_path_factory.mktemp("claude-backend") / "backend.log"
+    proc = procs.spawn([sys.executable, "-m", "control_plane.demo.backends", "--protocol",
+                        "anthropic", "--port", str(port), "--name", "claude-a"],
+                       log=log, cwd=REPO)
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+        yield port
+    finally:
+        procs.stop(proc)
+
+
+def snapshot(helpers, backends, claude_port=None) -> dict:
+    models = {
         "chat-demo": (5000, [backends["openai-a"].entry(1)]),
         "empty-demo": (5000, []),               # no backend: 503 backend_unavailable
-    })
+    }
+    if claude_port:
+        models["claude-2"] = (5000, [{
+            "id": 2, "name": "claude-a", "protocol": "anthropic", "scheme": "http",
+            "host": "127.0.0.1", "port": claude_port, "host_header": f"localhost:{claude_port}",
+            "base_path": "", "weight": 100}])
+    snap = helpers.make_snapshot(1, models)
+    if claude_port:
+        snap["models"]["claude-2"]["max_output_tokens"] = 64
     return helpers.add_planned(snap, PLAN_KEY, {"rate_per_second": 0.5, "burst": 1},
                                plan_name="tiny")
 
 
 @pytest.fixture
-def client(gateway, helpers, backends):
-    r = gateway.push(snapshot(helpers, backends))
+def client(gateway, helpers, backends, claude_port):
+    r = gateway.push(snapshot(helpers, backends, claude_port))
     assert r.status_code == 200, r.text
     return Sluice(gateway.url, helpers.KEY)
+
+
+def test_brief_001s_call_to_a_claude_backend(client, monkeypatch):
+    monkeypatch.setenv("SLUICE_BASE_URL", client.base_url)
+    monkeypatch.setenv("SLUICE_API_KEY", client.api_key)
+    partial = []
+
+    def handle_partial_result(piece):
+        partial.append(piece)
+
+    text = Model("claude-2").generate(prompt="解释量子计算 in two words", stream=True,
+                                      callback=handle_partial_result)
+    assert text == "echo: 解释量子计算 in two words"
+    assert len(partial) > 1 and "".join(partial) == text
+
+
+def test_messages_tools_to_a_claude_backend(client):
+    model = client.model("claude-2")
+    stream = model.messages(USE, max_tokens=64, tools=[LOOKUP], stream=True)
+    pieces = [e["delta"]["partial_json"] for e in stream
+              if e["type"] == "content_block_delta"
+              and e["delta"]["type"] == "input_json_delta"]
+    assert len(pieces) >= 2, pieces            # the input came in pieces
+    answer = stream.final()
+    [call] = tool_calls(answer)
+    assert (call.name, call.arguments) == ("lookup", ASKED)
+    turn = USE + [{"role": "assistant", "content": answer["content"]}, call.result("dry")]
+    assert text_of(model.messages(turn, max_tokens=64, tools=[LOOKUP])) == "tool said: dry"
+    # chat tools to the same backend, streamed: the arguments assembled the same way
+    [chat_call] = tool_calls(model.chat(USE, tools=[LOOKUP], stream=True).final())
+    assert (chat_call.name, chat_call.arguments, chat_call.api) == ("lookup", ASKED, "chat")
+
+
+def test_broken_streamed_tool_arguments_raise_not_hang(client):
+    broken = Sluice(client.base_url, client.api_key, max_retries=0,
+                    headers={"X-Demo-Bad-Tool-Json": "yes"}).model("claude-2")
+    started = time.monotonic()
+    with pytest.raises(APIStatusError):
+        broken.chat(USE, tools=[LOOKUP], stream=True).final()
+    assert time.monotonic() - started < 5
 
 
 def without_pings(events) -> list:
@@ -161,18 +229,19 @@ def test_new_apis_retry_429_after_retry_after(gateway_factory, helpers, backends
     assert time.monotonic() - started >= 1.0
 
 
-def test_js_sdk_in_node(gateway, helpers, backends, dead_port):
+def test_js_sdk_in_node(gateway, helpers, backends, claude_port):
     node = shutil.which("node")
     assert node, "node is missing: scripts/setup.sh installs the nodejs package"
-    assert gateway.push(snapshot(helpers, backends)).status_code == 200
+    assert gateway.push(snapshot(helpers, backends, claude_port)).status_code == 200
     env = {**os.environ, "SLUICE_BASE_URL": gateway.url, "SLUICE_API_KEY": helpers.KEY}
     done = subprocess.run([node, "--test", "test/new_apis.integration.js"], cwd=JS,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
-def test_js_sdk_in_a_web_worker(gateway, helpers, backends):
-    assert gateway.push(snapshot(helpers, backends)).status_code == 200
+def test_js_sdk_in_a_web_worker(gateway, helpers, backends, claude_port):
+    # messages to claude-2 (the Anthropic-protocol backend), responses to chat-demo
+    assert gateway.push(snapshot(helpers, backends, claude_port)).status_code == 200
     with page_server() as page, chromium() as driver:
         seen = run_checks(driver, page, gateway.url, helpers.KEY, ["messages", "responses"])
     for api in ("messages", "responses"):

@@ -2,7 +2,8 @@
 // (OpenAI Responses), converted to the demo OpenAI backend, which calls the first
 // offered tool on "use a tool <rest>" with {query: rest} and answers a tool result
 // "tool said: <content>". Run by tests/gateway/test_client_sdk_new_apis.py, which sets
-// SLUICE_BASE_URL and SLUICE_API_KEY and serves chat-demo and empty-demo.
+// SLUICE_BASE_URL and SLUICE_API_KEY and serves chat-demo, empty-demo and claude-2 (the
+// demo Anthropic-protocol backend, with the same tool rule).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -99,4 +100,21 @@ test("Anthropic-shaped errors are typed; the new APIs retry like the others", as
   await assert.rejects(collect(impatient.model("empty-demo").responses("hi", { stream: true })),
     ServiceUnavailableError);
   assert.equal(retries.length, 4);
+});
+
+test("brief 001's call, and streamed tool input, to a Claude backend", async () => {
+  const claude = sluice.model("claude-2");
+  const pieces = [];
+  const text = await claude.generate({ prompt: "解释量子计算 in two words", stream: true,
+    onChunk: (piece) => pieces.push(piece) });
+  assert.equal(text, "echo: 解释量子计算 in two words");
+  assert.ok(pieces.length > 1);
+  const stream = claude.messages(USE, { max_tokens: 64, tools: [LOOKUP], stream: true });
+  const json = (await collect(stream)).filter((e) => e.delta?.type === "input_json_delta");
+  assert.ok(json.length >= 2, JSON.stringify(json));
+  const answer = await stream.final();
+  const [call] = toolCalls(answer);
+  assert.deepEqual([call.name, call.arguments], ["lookup", ASKED]);
+  const turn = [...USE, { role: "assistant", content: answer.content }, call.result("dry")];
+  assert.equal(textOf(await claude.messages(turn, { max_tokens: 64, tools: [LOOKUP] })), "tool said: dry");
 });

@@ -42,7 +42,7 @@ const CHECKS = {
     return { retried, err };
   },
   async messages({ client }) {
-    const model = client.model("chat-demo");
+    const model = client.model("claude-2");   // an Anthropic-protocol backend
     const answer = await model.messages([{ role: "user", content: "use a tool in a worker" }],
       { max_tokens: 64, tools: [TOOL] });
     const stream = model.messages([{ role: "user", content: "hello worker" }],
