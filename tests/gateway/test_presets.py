@@ -15,9 +15,9 @@ import pytest
 from control_plane.services import presets
 from control_plane.services.snapshot import backend_entry
 from control_plane.tables.config import Backend as BackendRow
-from tests.gateway import vendor_gemini
-from tests.gateway.backend_http import served
-from tests.gateway.vendor_openai import FAIL, HANG, VENDORS, handler_for
+import vendor_gemini
+from backend_http import served
+from vendor_openai import FAIL, HANG, VENDORS, handler_for
 
 # Sluice model name -> (preset, the values the operator gives besides base_url)
 COMPATIBLE = {
