@@ -239,6 +239,12 @@ class SharedGateway(Gateway):
         self.weights_base = int(Gateway.weights_status(self).get("version") or 0)
         access_log = self.prefix / "logs" / "access.log"
         self.access_offset = access_log.stat().st_size if access_log.exists() else 0
+        self.log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+
+    def end_turn(self) -> None:
+        """The Lua-error check, on the error-log lines of this turn only (so a broken
+        test fails alone)."""
+        assert_no_lua_errors(self.error_log, self.log_offset, self)
 
     @staticmethod
     def _lift(doc, base: int):
@@ -276,34 +282,64 @@ class SharedGateway(Gateway):
 
 
 @pytest.fixture(scope="module")
-def gateway():
+def shared_gateways():
+    """Start SharedGateways for the module: `start(config)`, where `config(prefix)`
+    makes the GatewayConfig (the default one without it). For a module whose tests
+    need a listener config of their own (TLS certificates, workers): one gateway per
+    config, each test taking a turn on it with `take_turn`."""
+    started: list[tuple[SharedGateway, Path]] = []
+
+    def start(config=None) -> SharedGateway:
+        top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
+        top.chmod(0o755)
+        gw = SharedGateway(config(top) if config else _config(top))
+        started.append((gw, top))
+        gw.start(log_to=top / "nginx.out")
+        return gw
+
+    try:
+        yield start
+        for gw, _ in started:
+            gw.stop()
+            assert_no_lua_errors(gw.error_log, gw.log_offset)
+    finally:
+        for gw, top in started:
+            gw.stop()
+            shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gateway(shared_gateways):
     """A running gateway shared by the module's tests (SharedGateway); each test starts
     its turn with no snapshot version of its own yet."""
-    top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
-    top.chmod(0o755)
-    gw = SharedGateway(_config(top))
-    try:
-        gw.start(log_to=top / "nginx.out")
-        yield gw
-        gw.stop()
-        assert_no_lua_errors(gw.error_log, gw.log_offset)
-    finally:
-        gw.stop()
-        shutil.rmtree(top, ignore_errors=True)
+    return shared_gateways()
+
+
+@pytest.fixture
+def take_turn():
+    """`take_turn(gw)`: the test's turn on a module's SharedGateway (begin_turn), its
+    Lua-error check at teardown (end_turn). The `gateway` fixture's is automatic."""
+    taken: list[SharedGateway] = []
+
+    def take(gw: SharedGateway) -> SharedGateway:
+        gw.begin_turn()
+        taken.append(gw)
+        return gw
+
+    yield take
+    for gw in taken:
+        gw.end_turn()
 
 
 @pytest.fixture(autouse=True)
 def _gateway_turn(request):
-    """Each test's turn on the module's gateway; the Lua-error check reads only the
-    error-log lines written during the test, so a broken test fails alone."""
+    """Each test's turn on the module's gateway."""
     if "gateway" not in request.fixturenames:
         yield
         return
-    gw = request.getfixturevalue("gateway")
-    gw.begin_turn()
-    gw.log_offset = gw.error_log.stat().st_size if gw.error_log.exists() else 0
+    take = request.getfixturevalue("take_turn")
+    take(request.getfixturevalue("gateway"))
     yield
-    assert_no_lua_errors(gw.error_log, gw.log_offset, gw)
 
 
 @pytest.fixture
