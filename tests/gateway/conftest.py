@@ -121,11 +121,13 @@ def make_snapshot(version: int, models: dict, consumers: dict | None = None,
 
 
 def add_planned(snap: dict, key: str, plan: dict, name: str = "planned",
-                plan_name: str = "p") -> dict:
-    """Consumer 3 (`name`) on plan 7 (`plan_name` with the limits in `plan`), with API
-    key `key` (key id 9), added to snapshot `snap`; returns `snap`."""
-    snap["consumers"]["3"] = {"id": 3, "name": name, "allowed_models": None, "plan_id": 7}
-    snap["keys"][key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                plan_name: str = "p", consumer_id: int = 3) -> dict:
+    """Consumer 3 (or `consumer_id`: a gateway keeps a plan's counters per consumer id)
+    named `name` on plan 7 (`plan_name` with the limits in `plan`), with API key `key`
+    (key id 9), added to snapshot `snap`; returns `snap`."""
+    snap["consumers"][str(consumer_id)] = {"id": consumer_id, "name": name,
+                                           "allowed_models": None, "plan_id": 7}
+    snap["keys"][key_hash(key)] = {"id": 9, "consumer_id": consumer_id, "prefix": key[:10],
                                    "expires_at": None}
     snap["plans"] = {"7": {"id": 7, "name": plan_name, **plan}}
     return snap
@@ -284,15 +286,15 @@ class SharedGateway(Gateway):
 @pytest.fixture(scope="module")
 def shared_gateways():
     """Start SharedGateways for the module: `start(config)`, where `config(prefix)`
-    makes the GatewayConfig (the default one without it). For a module whose tests
+    makes the GatewayConfig, or `start(**over)`: the default one with `over` set. For a module whose tests
     need a listener config of their own (TLS certificates, workers): one gateway per
     config, each test taking a turn on it with `take_turn`."""
     started: list[tuple[SharedGateway, Path]] = []
 
-    def start(config=None) -> SharedGateway:
+    def start(config=None, **over) -> SharedGateway:
         top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
         top.chmod(0o755)
-        gw = SharedGateway(config(top) if config else _config(top))
+        gw = SharedGateway(config(top) if config else _config(top, **over))
         started.append((gw, top))
         gw.start(log_to=top / "nginx.out")
         return gw
