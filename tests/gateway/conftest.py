@@ -286,9 +286,9 @@ class SharedGateway(Gateway):
 @pytest.fixture(scope="module")
 def shared_gateways():
     """Start SharedGateways for the module: `start(config)`, where `config(prefix)`
-    makes the GatewayConfig, or `start(**over)`: the default one with `over` set. For a module whose tests
-    need a listener config of their own (TLS certificates, workers): one gateway per
-    config, each test taking a turn on it with `take_turn`."""
+    makes the GatewayConfig, or `start(**over)`, the default one with `over` set. For
+    a module whose tests need a listener config of their own (TLS certificates,
+    workers): one gateway per config, each test taking a turn on it (`take_turn`)."""
     started: list[tuple[SharedGateway, Path]] = []
 
     def start(config=None, **over) -> SharedGateway:
