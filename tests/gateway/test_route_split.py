@@ -16,6 +16,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from gateway_readings import access_lines
+from waiting import eventually
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -215,12 +216,19 @@ def test_routes_are_models_to_the_caller_and_logged(push, helpers, backends):
     assert "chat" in [m["id"] for m in listed["data"]]
     assert requests.get(gw.url + "/v1/models/chat", headers=h, timeout=10).status_code == 200
     # allowed_models names public names: bob may use only chat-demo, not the route
-    r = helpers.chat(gw, model="chat", key=helpers.KEY_LIMITED)
+    r = helpers.chat(gw, model="chat", key=helpers.KEY_LIMITED,
+                     headers={"X-Request-Id": "route-refused"})
     helpers.assert_error(r, 403, "forbidden")
-    assert helpers.chat(gw, model="chat").status_code == 200
-    # workers flush their buffered lines independently: find them by status
-    lines = {line["status"]: line for line in access_lines(gw, 4)
-             if line["path"] == "/v1/chat/completions"}
+    assert helpers.chat(gw, model="chat",
+                        headers={"X-Request-Id": "route-served"}).status_code == 200
+
+    # workers flush their buffered lines independently (an earlier test's too, on the
+    # module's gateway): wait for both of ours, then find them by status
+    def logged():
+        ours = {line["status"]: line for line in access_lines(gw, 4, timeout=0.5)
+                if line["request_id"] in ("route-refused", "route-served")}
+        return ours if len(ours) == 2 else None
+    lines = eventually(logged, 10)
     assert (lines["200"]["route"], lines["200"]["model"]) == ("chat", CANARY)
     # refused before the choice: the model asked for, no route
     assert (lines["403"]["route"], lines["403"]["model"]) == ("", "chat")
