@@ -102,6 +102,9 @@ def render(cfg: GatewayConfig) -> str:
     if not _SIZE_RE.match(cfg.client_max_body_size):
         raise ValueError(f"client_max_body_size {cfg.client_max_body_size!r} is not an "
                          "nginx size such as 1m or 512k")
+    if not _SIZE_RE.match(cfg.max_upload_size):
+        raise ValueError(f"max_upload_size {cfg.max_upload_size!r} is not an "
+                         "nginx size such as 100m")
     if cfg.workers < 1:
         raise ValueError("workers must be >= 1")
     ports = [int(cfg.internal_port)] + ([int(cfg.port)] if cfg.plain else [])
@@ -128,6 +131,7 @@ def render(cfg: GatewayConfig) -> str:
         "internal_tls": internal_tls,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
+        "max_upload_size": cfg.max_upload_size,
         "redis": redis,
         # HTTP/2 is spoken only by the HTTPS listener (nginx_tls.public_listen)
         "http2": "true" if cfg.tls_port is not None else "false",

@@ -46,6 +46,8 @@
 --  model  steps (fallback: its model)  the chosen model (snapshot table)
 --  request_doc, request_len  target (fallback: re-encoded)  decoded body (nil when no step reads it: a
 --                                        path-named model forwarded unchanged), its length
+--  form                  target          an upload's form as `sluice.upload` read it (its small fields, the
+--                                        file part, the boundary); nil for a JSON body
 --  excerpt               pii             masked start of the body, when enabled
 --  quota                 policy          what the request holds of its plan's limits (a table kept with the
 --                                        context)

@@ -16,6 +16,7 @@
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
+local media_convert = require("sluice.media_convert")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -56,6 +57,7 @@ local BACKEND_5XX = { [503] = 503, [504] = 504 }
 local _M = {}
 
 function _M.native_path(endpoint, model_name)
+    if endpoint.path then return endpoint.path end   -- audio, images
     local name = endpoint.name
     if name == "chat" then return "/v1/chat/completions" end
     if name == "completions" then return "/v1/completions" end
@@ -70,6 +72,9 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     local protocol = pool.protocol
     if endpoint.native == protocol then
         return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
+    end
+    if endpoint.kind == "media" then   -- audio and images to another protocol
+        return media_convert.prepare(ctx, endpoint, model_name, pool)
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
         return 400, "invalid_request", "model " .. model_name

@@ -6,6 +6,11 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/audio/transcriptions       openai     media       model in the form (upload)
+--   POST /v1/audio/translations         openai     media       model in the form (upload)
+--   POST /v1/audio/speech               openai     media       model in body
+--   POST /v1/images/generations         openai     media       model in body
+--   POST /v1/images/edits               openai     media       model in the form (upload)
 --   GET  /v1/models[/{model}]           the models the key may use
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
@@ -27,6 +32,23 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    -- audio and images (sluice.media: `task` is what a model must serve; `path`, the
+    -- OpenAI backend's; an upload's form is read by sluice.upload, its file part
+    -- named `file_field`)
+    ["/v1/audio/transcriptions"] = { name = "transcriptions", caller = "openai", kind = "media",
+                                     native = "openai", task = "transcription", upload = true,
+                                     file_field = "file", path = "/v1/audio/transcriptions" },
+    ["/v1/audio/translations"] = { name = "translations", caller = "openai", kind = "media",
+                                   native = "openai", task = "translation", upload = true,
+                                   file_field = "file", path = "/v1/audio/translations" },
+    ["/v1/audio/speech"] = { name = "speech", caller = "openai", kind = "media",
+                             native = "openai", task = "speech", path = "/v1/audio/speech" },
+    ["/v1/images/generations"] = { name = "images", caller = "openai", kind = "media",
+                                   native = "openai", task = "image",
+                                   path = "/v1/images/generations" },
+    ["/v1/images/edits"] = { name = "image_edits", caller = "openai", kind = "media",
+                             native = "openai", task = "image", upload = true,
+                             file_field = "image", path = "/v1/images/edits" },
     ["/v1/predict"] = { name = "unified", caller = "unified", kind = "predict" },
     ["/v1/models"] = { name = "models", method = "GET" },
 }

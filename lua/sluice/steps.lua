@@ -25,6 +25,7 @@ local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
+local media = require("sluice.media")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -76,8 +77,13 @@ local function to_jobs(ctx, status, err_type, msg)
 end
 
 -- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
--- error type for OpenAI callers, so their clients read it as OpenAI's own).
-local function refuse_malformed(endpoint, doc, model)
+-- error type for OpenAI callers, so their clients read it as OpenAI's own). Audio and
+-- images: does the model do that work, does the body fit it (sluice.media)?
+local function refuse_malformed(endpoint, doc, model, len)
+    local status, err_type, msg, extra = media.check(endpoint, model, len)
+    if status then
+        return status, err_type, msg, extra
+    end
     local param, why = strict.check(endpoint.name, doc, strict.limit(model))
     if not param then
         return nil
@@ -140,7 +146,8 @@ function _M.admit(ctx)
         return 403, "forbidden", "this key may not use model " .. model_name
     end
     -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
-    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
+    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name],
+                                                  ctx.request_len)
     if status then
         return status, err_type, msg, extra
     end
@@ -171,7 +178,7 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     if model_name ~= asked then
-        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)
+        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model, ctx.request_len)
         if status then
             return status, err_type, msg, extra
         end

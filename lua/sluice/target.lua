@@ -12,6 +12,7 @@ local type = type
 local shape_error = body_rules.shape_error
 local ascii = require("sluice.bytes").ascii
 local needs_doc = body_rules.needs_doc
+local upload = require("sluice.upload")
 
 local _M = {}
 
@@ -58,8 +59,16 @@ end
 -- otherwise. The unified envelope may name
 -- a `model_type` instead of a `model` (brief 000): the snapshot's `model_types` map
 -- says which model or route serves it; `model`, when present, wins.
--- Sets ctx.request_len, and ctx.request_doc when decoded.
+-- Sets ctx.request_len, and ctx.request_doc when decoded (an upload: ctx.form).
 function _M.model_name(ctx, endpoint, path_model, snap)
+    if endpoint.upload then   -- multipart: its head only (sluice.upload); sets ctx.form
+        local status, err_type, msg, extra, name, size, form = upload.read(endpoint, snap)
+        if status then
+            return status, err_type, msg, extra
+        end
+        ctx.request_len, ctx.form = size, form
+        return nil, nil, nil, nil, name, nil
+    end
     local body, status, err_type, msg = read_body(ctx)
     if not body then
         return status, err_type, msg

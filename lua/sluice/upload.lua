@@ -1,0 +1,128 @@
+-- The upload endpoints' access step (multipart/form-data: audio transcriptions and
+-- translations, image edits): the model and the form's small fields, read from the
+-- body's head (and, when the fields come after the file, its tail), never the whole
+-- body. nginx keeps the body in its buffer or, past the upload location's
+-- client_body_buffer_size, in a temporary file (nginx/nginx.conf.tmpl); it is proxied
+-- from there, and re-sent from there on a retry.
+--
+-- A body larger than any model here takes is a 413 before a byte of it is read (its
+-- Content-Length); so is one larger than the model named in the query string
+-- (`?model=`) takes. A model named only inside the form is checked once the head is
+-- read (sluice.media.check, with the rest of the request's checks).
+local multipart = require("sluice.multipart")
+local media = require("sluice.media")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local ngx_req = ngx.req
+local io_open = io.open
+local tonumber = tonumber
+local str_sub = string.sub
+
+local HEAD = 64 * 1024   -- bytes of the body read for the fields before the file
+local TAIL = 16 * 1024   -- and after it
+
+local _M = {}
+
+local function refuse(msg, param)
+    return 400, "invalid_request_error", msg, { param = param }
+end
+
+-- The body's head and tail (strings; the tail nil when the head is all of it) and
+-- its size, or nil.
+local function pieces()
+    ngx_req.read_body()
+    local data = ngx_req.get_body_data()
+    if data then
+        return data, nil, #data
+    end
+    local path = ngx_req.get_body_file()
+    if not path then
+        return nil
+    end
+    local f = io_open(path, "rb")
+    if not f then
+        return nil
+    end
+    local head = f:read(HEAD) or ""
+    local size = f:seek("end")
+    local tail
+    if size > HEAD then
+        f:seek("set", size > HEAD + TAIL and size - TAIL or HEAD)
+        tail = f:read(TAIL)
+    end
+    f:close()
+    return head, tail, size
+end
+
+-- Access step of an upload endpoint. Returns status, type, message, extra on failure;
+-- else nil, nil, nil, nil, the model name, the body's size and what was read of the
+-- form: { fields = { name = value } (the plain fields found), file = the file part
+-- (sluice.multipart's table: name, filename, content_type), boundary }.
+function _M.read(endpoint, snap)
+    local file_field = endpoint.file_field
+    local boundary, why = multipart.boundary(ngx_var.http_content_type)
+    if not boundary then
+        return refuse(why .. ", with the upload in a part named " .. file_field, file_field)
+    end
+    local len = tonumber(ngx_var.http_content_length)
+    local largest = media.largest(snap, endpoint)
+    if len and len > largest then
+        return 413, "payload_too_large", "the request body (" .. len .. " bytes) is larger"
+               .. " than any model takes at " .. endpoint.path .. " (" .. largest .. " bytes)"
+    end
+    local query_model = ngx_var.arg_model
+    if query_model then
+        query_model = ngx.unescape_uri(query_model)
+        local model = snap.models[query_model]
+        local max = model and media.limit(model, endpoint)
+        if max and len and len > max then
+            return 413, "payload_too_large", "the request body (" .. len .. " bytes) is larger"
+                   .. " than model " .. query_model .. " takes (" .. max .. " bytes)"
+        end
+    end
+
+    local head, tail, size = pieces()
+    if not head then
+        return refuse("the request has no body: the upload goes in a part named "
+                      .. file_field, file_field)
+    end
+    local parts, perr = multipart.parse(head, boundary)
+    if not parts then
+        return refuse("malformed multipart body: " .. perr, file_field)
+    end
+    local fields = {}
+    for i = 1, #parts do
+        local p = parts[i]
+        if not p.filename and p.to then
+            fields[p.name] = str_sub(head, p.from, p.to)
+        end
+    end
+    local file = multipart.find(parts, file_field) or multipart.find(parts, file_field .. "[]")
+    if tail then
+        local tparts = multipart.parse(tail, boundary)
+        for i = 1, tparts and #tparts or 0 do
+            local p = tparts[i]
+            if not p.filename and p.to and fields[p.name] == nil then
+                fields[p.name] = str_sub(tail, p.from, p.to)
+            elseif not file and (p.name == file_field or p.name == file_field .. "[]") then
+                file = p
+            end
+        end
+    end
+    if not file or not file.filename then
+        return refuse("the form has no file part named " .. file_field, file_field)
+    end
+    local bad = media.file_type_error(endpoint, file.content_type, file.filename)
+    if bad then
+        return refuse(bad, file_field)
+    end
+    local name = query_model or fields.model
+    if not name or name == "" then
+        return refuse('the form needs a "model" field (or ?model= in the query)', "model")
+    end
+    return nil, nil, nil, nil, name, size,
+           { fields = fields, file = file, boundary = boundary }
+end
+
+return _M
