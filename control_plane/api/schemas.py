@@ -9,13 +9,15 @@ from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
 from control_plane.clients import backend_tls
 from control_plane.services import jwt_keys
-from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
+from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, MEDIA_TASKS,
+                                         METRICS_FORMATS, PRIORITIES,
                                          PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
                                          Mapping, Model, ModelType, Plan)
 
 MAX_TIMEOUT_MS = 3_600_000
 MAX_CACHE_TTL_S = 30 * 86400
 MAX_OUTPUT_TOKENS = 2**31 - 1
+MAX_REQUEST_BYTES = 2**40
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
@@ -66,6 +68,14 @@ class Schema:
         raise NotImplementedError
 
 
+@described({"type": "array", "items": {"type": "string", "enum": list(MEDIA_TASKS)}})
+def media_tasks(value: Any) -> list[str]:
+    """The audio and image work a model does, e.g. ["transcription", "translation"]."""
+    if not isinstance(value, list) or not all(t in MEDIA_TASKS for t in value):
+        raise ValueError("must be null or a list of: " + ", ".join(MEDIA_TASKS))
+    return list(dict.fromkeys(value))
+
+
 class ModelSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
@@ -76,6 +86,9 @@ class ModelSchema(Schema):
         "enabled": Field(v.boolean),
         # the most tokens one answer may ask for (null: the gateway's default bound)
         "max_output_tokens": Field(v.integer(1, MAX_OUTPUT_TOKENS), nullable=True),
+        # audio and image work (null: none) and the largest request body (null: default)
+        "media_tasks": Field(media_tasks, nullable=True),
+        "max_request_bytes": Field(v.integer(1, MAX_REQUEST_BYTES), nullable=True),
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
         "gpu_class": Field(gpu_class, nullable=True),
@@ -89,6 +102,7 @@ class ModelSchema(Schema):
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "mask_pii": m.mask_pii, "enabled": m.enabled,
                 "max_output_tokens": m.max_output_tokens,
+                "media_tasks": m.media_tasks, "max_request_bytes": m.max_request_bytes,
                 "weight_coefficients": m.weight_coefficients,
                 "gpu_class": m.gpu_class,
                 "fallback_model": m.fallback_model,

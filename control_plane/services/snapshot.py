@@ -152,6 +152,11 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                               "backends": backends}
         if model.gpu_class:
             models[model.name]["gpu_class"] = model.gpu_class
+        # audio and image models only (lua/sluice/media.lua)
+        if model.media_tasks:
+            models[model.name]["media_tasks"] = model.media_tasks
+        if model.max_request_bytes is not None:
+            models[model.name]["max_request_bytes"] = model.max_request_bytes
     for entry in models.values():   # a disabled fallback is no fallback
         if entry["fallback_model"] not in models:
             entry["fallback_model"] = None

@@ -1,0 +1,32 @@
+"""Audio and image models: models.media_tasks (the audio and image work a model does:
+"transcription", "translation", "speech", "image"; NULL: none) and
+models.max_request_bytes (the largest request body it takes; NULL: 25 MiB on the audio
+and image endpoints, the gateway's limit elsewhere).
+
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-12-03
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("models", sa.Column("media_tasks", JSONB(), nullable=True))
+    op.add_column("models", sa.Column("max_request_bytes", sa.BigInteger(), nullable=True))
+    op.create_check_constraint("ck_models_max_request_bytes_positive", "models",
+                               "max_request_bytes > 0")
+
+
+def downgrade() -> None:
+    op.drop_constraint("ck_models_max_request_bytes_positive", "models", type_="check")
+    op.drop_column("models", "max_request_bytes")
+    op.drop_column("models", "media_tasks")

@@ -1,0 +1,30 @@
+"""Audio and image models in the admin API and the snapshot (issue 25): the work a
+model does (media_tasks) and the largest body it takes (max_request_bytes)."""
+from __future__ import annotations
+
+
+def test_media_fields_reach_the_snapshot(api, make):
+    model = make("model", name="asr-x", media_tasks=["transcription", "translation",
+                                                      "transcription"],
+                 max_request_bytes=50 * 1024 * 1024)
+    assert model["media_tasks"] == ["transcription", "translation"]
+    assert model["max_request_bytes"] == 50 * 1024 * 1024
+    chat = make("model", name="chat-x")
+    assert (chat["media_tasks"], chat["max_request_bytes"]) == (None, None)
+    snap = api("get", "/snapshot").get_json()
+    m = snap["models"]["asr-x"]
+    assert (m["media_tasks"], m["max_request_bytes"]) == (["transcription", "translation"],
+                                                          50 * 1024 * 1024)
+    assert "media_tasks" not in snap["models"]["chat-x"]
+    r = api("patch", f"/models/{model['id']}", json={"media_tasks": None,
+                                                     "max_request_bytes": None})
+    assert r.status_code == 200, r.get_json()
+    assert "media_tasks" not in api("get", "/snapshot").get_json()["models"]["asr-x"]
+
+
+def test_bad_media_fields_name_the_field(api, make):
+    for bad in ({"media_tasks": ["dance"]}, {"media_tasks": "speech"},
+                {"max_request_bytes": 0}):
+        r = api("post", "/models", json={"name": "m-bad", **bad})
+        assert r.status_code == 422, r.get_json()
+        assert set(r.get_json()["error"]["fields"]) == set(bad), r.get_json()
