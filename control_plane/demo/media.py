@@ -23,6 +23,11 @@ Two ASR vendors of their own shapes (brief 000), the same transcript as above:
 - ``asr-raw``: ``POST /v1/recognize?lang=zh`` with the audio as the body
   (``audio/wav``) answers ``{"result": [{"transcript": ..., "confidence": 0.93}],
   "duration": s}``.
+
+And a TTS vendor whose answer carries the audio in base64 inside JSON:
+
+- ``tts-json``: ``POST /tts`` ``{"text": ..., "speaker": ...}`` answers
+  ``{"status": "ok", "audio": <base64 WAV>}``, the same WAV as ``/v1/audio/speech``.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import time
 import zlib
 from urllib.parse import parse_qs
 
-PROTOCOLS = ("asr-json", "asr-raw")
+PROTOCOLS = ("asr-json", "asr-raw", "tts-json")
 MAX_UPLOAD = 256 * 1024 * 1024
 RATE = 16000                 # samples per second of the WAVs made here (16-bit mono)
 MS_PER_CHAR = 60
@@ -183,6 +188,8 @@ def route(protocol: str, path: str):
         return asr_json
     if protocol == "asr-raw" and path == "/v1/recognize":
         return asr_raw
+    if protocol == "tts-json" and path == "/tts":
+        return tts_json
     return None
 
 
@@ -296,6 +303,15 @@ def asr_raw(h, body: bytes, query: str) -> None:
                        "duration": seconds})
 
 
+def tts_json(h, body: bytes, query: str) -> None:
+    doc = json.loads(body or b"{}")
+    text = doc.get("text")
+    if not isinstance(text, str) or not text:
+        raise BadRequest("text must be a non-empty string")
+    audio = wav(len(text) * MS_PER_CHAR / 1000.0, f"{doc.get('speaker')}|{text}")
+    h._send_json(200, {"status": "ok", "audio": base64.b64encode(audio).decode()})
+
+
 def send(h, status: int, content_type: str, body: bytes) -> None:
     h.send_response(status)
     h.send_header("Content-Type", content_type)
@@ -311,4 +327,6 @@ def error_body(protocol: str, status: int, message: str):
         return {"code": 2000 + status, "message": message}
     if protocol == "asr-raw":
         return {"error_code": status, "error_msg": message}
+    if protocol == "tts-json":
+        return {"status": "error", "reason": message}
     return None

@@ -74,7 +74,7 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
         return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
     end
     if endpoint.kind == "media" then   -- audio and images to another protocol
-        return media_convert.prepare(ctx, endpoint, model_name, pool)
+        return media_convert.prepare(ctx, endpoint, doc, model_name, pool, BACKENDS.vendor)
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
         return 400, "invalid_request", "model " .. model_name
@@ -149,6 +149,8 @@ function _M.header_filter(ctx)
         conv.retry_after = tonumber(ngx_header["Retry-After"])
         ngx_header["Content-Type"] = "application/json"
         ngx_header["Content-Encoding"] = nil
+    elseif conv.media then   -- audio, images (sluice.media_convert)
+        ngx_header["Content-Type"] = media_convert.content_type(conv)
     elseif conv.sse then
         ngx_header["Content-Type"] = "text/event-stream; charset=utf-8"
         ngx_header["Cache-Control"] = "no-cache"
@@ -195,6 +197,14 @@ local function error_body(ctx, conv, doc)
 end
 
 local function finish(conv, raw)
+    if conv.media then
+        local body, err = media_convert.finish(conv, raw)
+        if not body then
+            conv.failed = err
+            return failure(err) .. "\n"
+        end
+        return body
+    end
     local ireq, backend = conv.ireq, conv.backend
     local doc = cjson.decode(raw)
     local ires, err

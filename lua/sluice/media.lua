@@ -15,6 +15,9 @@ local str_lower = string.lower
 local str_match = string.match
 local str_sub = string.sub
 local str_find = string.find
+local str_byte = string.byte
+local str_format = string.format
+local floor = math.floor
 local setmetatable = setmetatable
 local tostring = tostring
 
@@ -143,6 +146,65 @@ function _M.file_type_error(endpoint, content_type, filename)
     end
     return "the file's type is unknown: send it with an " .. (audio and "audio/*" or "image/*")
            .. " Content-Type or a known extension"
+end
+
+-- Seconds of audio in `bytes` when it is a RIFF/WAVE file (its fmt chunk's byte
+-- rate and its data chunk's size), else nil.
+local function u32(s, i)
+    local a, b, c, d = str_byte(s, i, i + 3)
+    return a + b * 256 + c * 65536 + d * 16777216
+end
+
+function _M.wav_seconds(bytes)
+    if #bytes < 44 or str_sub(bytes, 1, 4) ~= "RIFF" or str_sub(bytes, 9, 12) ~= "WAVE" then
+        return nil
+    end
+    local pos, rate = 13, nil
+    while pos + 8 <= #bytes + 1 do
+        local id, size = str_sub(bytes, pos, pos + 3), u32(bytes, pos + 4)
+        if id == "fmt " and size >= 16 then
+            rate = u32(bytes, pos + 16)
+        elseif id == "data" then
+            if not rate or rate == 0 then
+                return nil
+            end
+            local n = #bytes - pos - 7
+            return (size < n and size or n) / rate
+        end
+        pos = pos + 8 + size + size % 2
+    end
+    return nil
+end
+
+local function stamp(seconds, sep)
+    local ms = floor(seconds * 1000 + 0.5)
+    local h, m, s = floor(ms / 3600000), floor(ms / 60000) % 60, floor(ms / 1000) % 60
+    return str_format("%02d:%02d:%02d%s%03d", h, m, s, sep, ms % 1000)
+end
+
+-- A transcript `text` of `seconds` of audio (nil: unknown) in OpenAI's
+-- `response_format` `fmt` (json, text, srt, vtt, verbose_json): its Content-Type and
+-- body; `encode` is the JSON encoder. `task` is "transcribe" or "translate".
+function _M.render(fmt, text, seconds, language, task, encode)
+    fmt = fmt or "json"
+    local secs = seconds and floor(seconds * 1000 + 0.5) / 1000
+    if fmt == "text" then
+        return "text/plain; charset=utf-8", text .. "\n"
+    elseif fmt == "srt" or fmt == "vtt" then
+        local sep = fmt == "vtt" and "." or ","
+        local cue = stamp(0, sep) .. " --> " .. stamp(secs or 0, sep) .. "\n" .. text .. "\n"
+        return "text/plain; charset=utf-8", (fmt == "vtt" and "WEBVTT\n\n" or "1\n") .. cue
+    end
+    local usage = secs and { type = "duration", seconds = secs } or nil
+    if fmt == "verbose_json" then
+        return "application/json", encode({
+            task = task, language = language or "", duration = secs or 0, text = text,
+            usage = usage,
+            segments = { { id = 0, seek = 0, start = 0, ["end"] = secs or 0, text = text,
+                           tokens = {}, temperature = 0, avg_logprob = 0,
+                           compression_ratio = 1, no_speech_prob = 0 } } })
+    end
+    return "application/json", encode({ text = text, usage = usage })
 end
 
 -- Is `s` (a Content-Type) JSON?

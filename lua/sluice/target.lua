@@ -13,6 +13,7 @@ local shape_error = body_rules.shape_error
 local ascii = require("sluice.bytes").ascii
 local needs_doc = body_rules.needs_doc
 local upload = require("sluice.upload")
+local spread = require("sluice.spread")
 
 local _M = {}
 
@@ -113,7 +114,12 @@ function _M.pool(snap, endpoint, model_name)
     if not model then
         return 404, "not_found", "unknown model " .. model_name
     end
-    local pool = endpoint.native and model.pools[endpoint.native]
+    local pool
+    if endpoint.task and model.pool_order[2] then   -- audio, images: vendors by weight
+        pool = spread.pool(model, endpoint)
+    else
+        pool = endpoint.native and model.pools[endpoint.native]
+    end
     if not pool then
         local first = model.pool_order[1]
         pool = first and model.pools[first]
