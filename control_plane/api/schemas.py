@@ -5,12 +5,12 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from control_plane.api import media_schema
 from control_plane.api import validation as v
 from control_plane.api.validation import Field, described
 from control_plane.clients import backend_tls
 from control_plane.services import jwt_keys
-from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, MEDIA_TASKS,
-                                         METRICS_FORMATS, PRIORITIES,
+from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
                                          PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
                                          Mapping, Model, ModelType, Plan)
 
@@ -68,14 +68,6 @@ class Schema:
         raise NotImplementedError
 
 
-@described({"type": "array", "items": {"type": "string", "enum": list(MEDIA_TASKS)}})
-def media_tasks(value: Any) -> list[str]:
-    """The audio and image work a model does, e.g. ["transcription", "translation"]."""
-    if not isinstance(value, list) or not all(t in MEDIA_TASKS for t in value):
-        raise ValueError("must be null or a list of: " + ", ".join(MEDIA_TASKS))
-    return list(dict.fromkeys(value))
-
-
 class ModelSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
@@ -87,7 +79,7 @@ class ModelSchema(Schema):
         # the most tokens one answer may ask for (null: the gateway's default bound)
         "max_output_tokens": Field(v.integer(1, MAX_OUTPUT_TOKENS), nullable=True),
         # audio and image work (null: none) and the largest request body (null: default)
-        "media_tasks": Field(media_tasks, nullable=True),
+        "media_tasks": Field(media_schema.media_tasks, nullable=True),
         "max_request_bytes": Field(v.integer(1, MAX_REQUEST_BYTES), nullable=True),
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
@@ -168,13 +160,16 @@ class MappingSchema(Schema):
         "name": Field(v.name, required=True),
         "path": Field(v.url_path, required=True),
         "request": Field(v.json_object, required=True),
-        "response": Field(v.mapping_response, required=True),
+        "response": Field(media_schema.mapping_response, required=True),
+        # audio and images: how an upload travels (null: JSON from `request`)
+        "transport": Field(media_schema.mapping_transport, nullable=True),
     }
     update = {k: Field(f.parse) for k, f in create.items()}
 
     def render(self, m: Mapping) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "path": m.path, "request": m.request,
-                "response": m.response, "created_at": iso(m.created_at),
+                "response": m.response, "transport": m.transport,
+                "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 
 

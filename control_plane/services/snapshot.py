@@ -183,7 +183,8 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                                     .order_by(JwtIssuer.id))}
 
     mappings = {
-        m.name: {"path": m.path, "request": m.request, "response": m.response}
+        m.name: {"path": m.path, "request": m.request, "response": m.response,
+                 **(m.transport or {})}
         for m in session.scalars(select(Mapping).order_by(Mapping.id))
     }
 

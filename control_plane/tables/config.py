@@ -89,6 +89,9 @@ class Mapping(Timestamps, Base):
     path: Mapped[str] = mapped_column(String(1024))
     request: Mapped[dict] = mapped_column(JSONB)
     response: Mapped[dict] = mapped_column(JSONB)
+    # Audio and images: how an upload travels to the vendor (upload, field,
+    # content_type, query, headers, defaults; lua/sluice/media_mapping.lua); NULL: none.
+    transport: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
 
 
 class Backend(Timestamps, Base):

@@ -1,7 +1,8 @@
 """Audio and image models: models.media_tasks (the audio and image work a model does:
 "transcription", "translation", "speech", "image"; NULL: none) and
 models.max_request_bytes (the largest request body it takes; NULL: 25 MiB on the audio
-and image endpoints, the gateway's limit elsewhere).
+and image endpoints, the gateway's limit elsewhere); mappings.transport (how an upload
+travels to a vendor: upload, field, content_type, query, headers, defaults).
 
 Revision ID: 0020
 Revises: 0019
@@ -24,9 +25,11 @@ def upgrade() -> None:
     op.add_column("models", sa.Column("max_request_bytes", sa.BigInteger(), nullable=True))
     op.create_check_constraint("ck_models_max_request_bytes_positive", "models",
                                "max_request_bytes > 0")
+    op.add_column("mappings", sa.Column("transport", JSONB(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("mappings", "transport")
     op.drop_constraint("ck_models_max_request_bytes_positive", "models", type_="check")
     op.drop_column("models", "max_request_bytes")
     op.drop_column("models", "media_tasks")

@@ -28,3 +28,23 @@ def test_bad_media_fields_name_the_field(api, make):
         r = api("post", "/models", json={"name": "m-bad", **bad})
         assert r.status_code == 422, r.get_json()
         assert set(r.get_json()["error"]["fields"]) == set(bad), r.get_json()
+
+
+def test_a_mapping_s_transport_reaches_the_snapshot(api):
+    body = {"name": "asr-raw", "path": "/v1/recognize", "request": {},
+            "response": {"output": "/result/0/transcript", "duration": "/duration",
+                         "error": "/error_msg"},
+            "transport": {"upload": "raw", "content_type": "audio/wav",
+                          "query": {"lang": "{{params.language}}"},
+                          "defaults": {"language": "zh"}}}
+    r = api("post", "/mappings", json=body)
+    assert r.status_code == 201, r.get_json()
+    assert r.get_json()["transport"] == body["transport"]
+    m = api("get", "/snapshot").get_json()["mappings"]["asr-raw"]
+    assert m == {"path": "/v1/recognize", "request": {}, "response": body["response"],
+                 **body["transport"]}
+    for bad in ({"transport": {"upload": "ftp"}}, {"transport": {"query": {"a": [1]}}},
+                {"response": {"output": "/x", "audio": "nope"}}):
+        r = api("post", "/mappings", json={**body, "name": "m-bad", **bad})
+        assert r.status_code == 422, r.get_json()
+        assert set(r.get_json()["error"]["fields"]) == set(bad), r.get_json()
