@@ -28,6 +28,11 @@ And a TTS vendor whose answer carries the audio in base64 inside JSON:
 
 - ``tts-json``: ``POST /tts`` ``{"text": ..., "speaker": ...}`` answers
   ``{"status": "ok", "audio": <base64 WAV>}``, the same WAV as ``/v1/audio/speech``.
+
+And an image-recognition vendor (brief 000's ``cv/ocr``):
+
+- ``ocr-json``: ``POST /ocr`` ``{"image": <base64 PNG>}`` answers
+  ``{"text": "<width>x<height> PNG, crc32 <checksum>"}``.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ import time
 import zlib
 from urllib.parse import parse_qs
 
-PROTOCOLS = ("asr-json", "asr-raw", "tts-json")
+PROTOCOLS = ("asr-json", "asr-raw", "tts-json", "ocr-json")
 MAX_UPLOAD = 256 * 1024 * 1024
 RATE = 16000                 # samples per second of the WAVs made here (16-bit mono)
 MS_PER_CHAR = 60
@@ -190,6 +195,8 @@ def route(protocol: str, path: str):
         return asr_raw
     if protocol == "tts-json" and path == "/tts":
         return tts_json
+    if protocol == "ocr-json" and path == "/ocr":
+        return ocr_json
     return None
 
 
@@ -310,6 +317,23 @@ def tts_json(h, body: bytes, query: str) -> None:
         raise BadRequest("text must be a non-empty string")
     audio = wav(len(text) * MS_PER_CHAR / 1000.0, f"{doc.get('speaker')}|{text}")
     h._send_json(200, {"status": "ok", "audio": base64.b64encode(audio).decode()})
+
+
+def ocr_text(image: bytes) -> str:
+    """What the demo OCR "reads" in a PNG: its size and checksum."""
+    if image[:8] != b"\x89PNG\r\n\x1a\n":
+        raise BadRequest("image must be a PNG")
+    w, h = struct.unpack(">II", image[16:24])
+    return f"{w}x{h} PNG, crc32 {zlib.crc32(image):08x}"
+
+
+def ocr_json(h, body: bytes, query: str) -> None:
+    doc = json.loads(body or b"{}")
+    try:
+        image = base64.b64decode(doc.get("image") or "", validate=True)
+    except ValueError:
+        raise BadRequest("image must be base64") from None
+    h._send_json(200, {"text": ocr_text(image)})
 
 
 def send(h, status: int, content_type: str, body: bytes) -> None:

@@ -17,6 +17,7 @@ local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
 local media_convert = require("sluice.media_convert")
+local media_envelope = require("sluice.media_envelope")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -75,6 +76,11 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     end
     if endpoint.kind == "media" then   -- audio and images to another protocol
         return media_convert.prepare(ctx, endpoint, doc, model_name, pool, BACKENDS.vendor)
+    end
+    local model = ctx.model
+    if endpoint.caller == "unified" and model and model.media_tasks then   -- asr/, tts/
+        return media_envelope.prepare(ctx, endpoint, doc, model, model_name, pool,
+                                      BACKENDS[protocol])
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
         return 400, "invalid_request", "model " .. model_name

@@ -115,7 +115,9 @@ function _M.pool(snap, endpoint, model_name)
         return 404, "not_found", "unknown model " .. model_name
     end
     local pool
-    if endpoint.task and model.pool_order[2] then   -- audio, images: vendors by weight
+    -- audio and images (and the envelope's asr/, tts/): vendors by weight
+    if (endpoint.task or endpoint.caller == "unified" and model.media_tasks)
+       and model.pool_order[2] then
         pool = spread.pool(model, endpoint)
     else
         pool = endpoint.native and model.pools[endpoint.native]

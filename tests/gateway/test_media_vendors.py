@@ -5,10 +5,12 @@ the official `openai` client, sees one answer shape whichever vendor served it. 
 TTS vendor whose JSON answer carries base64 audio, which leaves as bytes."""
 from __future__ import annotations
 
+import base64
 import collections
 
 import openai
 import pytest
+import requests
 
 from control_plane.demo import backends as demo
 from control_plane.demo import media
@@ -26,6 +28,8 @@ MAPPINGS = {
                 "request": {}, "query": {"lang": "{{params.language}}"},
                 "defaults": {"language": "zh"},
                 "response": {"output": "/result/0/transcript", "error": "/error_msg"}},
+    "ocr-json": {"path": "/ocr", "request": {"image": "{{input}}"},
+                 "response": {"output": "/text"}},
     "tts-json": {"path": "/tts", "request": {"text": "{{input}}", "speaker": "{{params.voice}}"},
                  "response": {"output": "/audio", "audio": "/audio", "audio_type": "audio/wav",
                               "error": "/reason"}},
@@ -34,7 +38,8 @@ MAPPINGS = {
 
 @pytest.fixture(scope="module")
 def vendors():
-    started = {p: demo.serve(p, "127.0.0.1", 0, p) for p in ("asr-json", "asr-raw", "tts-json")}
+    started = {p: demo.serve(p, "127.0.0.1", 0, p) for p in ("asr-json", "asr-raw", "tts-json",
+                                                                 "ocr-json")}
     yield started
     for s in started.values():
         s.shutdown()
@@ -58,10 +63,15 @@ def snapshot(helpers, backends, vendors, version=1, asr=None, breaker=None) -> d
         "asr-demo": (5000, asr),
         "raw-only": (5000, [entry(4, vendors["asr-raw"], "asr-raw")]),
         "tts-vendor": (5000, [entry(5, vendors["tts-json"], "tts-json")]),
+        "tts-openai": (5000, [{**a.entry(7)}]),
+        "ocr-demo": (5000, [entry(8, vendors["ocr-json"], "ocr-json")]),
     }, mappings=MAPPINGS)
+    snap["model_types"] = {"asr/zh": "asr-demo", "tts/zh": "tts-vendor", "tts/en": "tts-openai",
+                           "cv/ocr": "ocr-demo"}
     for m in ("asr-demo", "raw-only"):
         snap["models"][m]["media_tasks"] = ["transcription", "translation"]
     snap["models"]["tts-vendor"]["media_tasks"] = ["speech"]
+    snap["models"]["tts-openai"]["media_tasks"] = ["speech"]
     if breaker:
         snap["breaker"] = breaker
     return snap
@@ -140,3 +150,33 @@ def test_base64_audio_from_a_vendor_leaves_as_bytes(client):
         assert r.headers["content-type"] == "audio/wav"
         audio = r.read()
     assert audio == media.wav(len(text) * media.MS_PER_CHAR / 1000.0, f"mei|{text}")
+
+
+def envelope(gw, helpers, model_type: str, data: str, **params):
+    r = requests.post(gw.url + "/v1/predict", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      json={"api_version": "1.0", "model_type": model_type,
+                            "request_id": "r-1", "params": {"input": data, **params}})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert (doc["model_type"], doc["request_id"]) == (model_type, "r-1")
+    return r.headers.get("X-Demo-Backend"), doc
+
+
+def test_brief_000_envelope_reaches_asr_tts_and_ocr(client, gateway, helpers):
+    b64 = base64.b64encode(WAV).decode()
+    seen = set()
+    for _ in range(12):   # every vendor shape, one envelope
+        backend, doc = envelope(gateway, helpers, "asr/zh", b64, language="zh")
+        assert doc["outputs"] == [TEXT] and doc["usage"]["audio_seconds"] == SECONDS
+        seen.add(backend)
+    assert len(seen) >= 2, seen
+    text = "ni hao"
+    for model_type, voice, seed in (("tts/zh", "mei", "mei|ni hao"),
+                                    ("tts/en", "alloy", "alloy|ni hao")):
+        _, doc = envelope(gateway, helpers, model_type, text, voice=voice)
+        assert base64.b64decode(doc["outputs"][0]) == media.wav(
+            len(text) * media.MS_PER_CHAR / 1000.0, seed), model_type
+    image = media.png(12, 7, b"scan")
+    _, doc = envelope(gateway, helpers, "cv/ocr", base64.b64encode(image).decode())
+    assert doc["outputs"] == [media.ocr_text(image)]
