@@ -27,7 +27,7 @@ from pathlib import Path
 
 from control_plane.clients.admin import AdminClient, AdminError
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.demo import fleet
+from control_plane.demo import fleet, media_fleet
 from control_plane.runtime import certs, membership, migrate, postgres, procs, rabbitmq
 from control_plane.runtime.gateway import GatewayProcess
 from control_plane.runtime.gateway_config import GatewayConfig
@@ -195,6 +195,7 @@ class Stack:
             **demo_keys,
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
+            **media_fleet.UP_KEYS,   # demo_asr_model, demo_tts_model, demo_image_model
             "database_url": db_url,
             "amqp_url": amqp_url,
             "logs": str(logs),

@@ -8,11 +8,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import openai
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from up_run import ours, start_up, stop_up, wait_info
 
+from control_plane.demo import media
 from control_plane.runtime import procs
 
 def _read_banner(proc: subprocess.Popen) -> str:
@@ -76,6 +78,28 @@ def _registered_gateway(info: dict, internal_url: str) -> dict:
     assert gw["last_seen_at"] and later["last_seen_at"] > gw["last_seen_at"], (gw, later)
     assert later["state"] == "live" and later["boot_id"] == gw["boot_id"]
     return later
+
+
+def _media_features(info: dict) -> None:
+    """The audio and image demo (control_plane/demo/media_fleet.py) on the official
+    client: one ASR model over three vendor shapes, one answer shape; speech; images."""
+    client = openai.OpenAI(base_url=info["gateway_url"] + "/v1", api_key=info["demo_api_key"],
+                           max_retries=0)
+    audio = media.wav(1.0, "up")
+    seen = set()
+    for _ in range(30):
+        r = client.audio.transcriptions.with_raw_response.create(
+            model=info["demo_asr_model"], file=("a.wav", audio, "audio/wav"))
+        assert r.parse().text == media.transcript(audio)[0]
+        seen.add(r.headers["x-demo-backend"])
+    assert seen == {"asr-demo-openai", "asr-demo-json", "asr-demo-raw"}
+    with client.audio.speech.with_streaming_response.create(
+            model=info["demo_tts_model"], voice="alloy", input="hello",
+            response_format="wav") as speech:
+        assert speech.read()[:4] == b"RIFF"
+    image = client.images.generate(model=info["demo_image_model"], prompt="a boat",
+                                   response_format="b64_json")
+    assert image.data[0].b64_json
 
 
 def _demo_features(info: dict) -> None:
@@ -212,6 +236,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
         _sign_in(info)
         _demo_features(info)
+        _media_features(info)
         running = "\n".join(ours(var))
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"
