@@ -149,13 +149,14 @@ function _M.file_type_error(endpoint, content_type, filename)
 end
 
 -- Seconds of audio in `bytes` when it is a RIFF/WAVE file (its fmt chunk's byte
--- rate and its data chunk's size), else nil.
+-- rate and its data chunk's size), else nil. `cut`: `bytes` is only the file's start
+-- (the upload's head): the data chunk's declared size counts.
 local function u32(s, i)
     local a, b, c, d = str_byte(s, i, i + 3)
     return a + b * 256 + c * 65536 + d * 16777216
 end
 
-function _M.wav_seconds(bytes)
+function _M.wav_seconds(bytes, cut)
     if #bytes < 44 or str_sub(bytes, 1, 4) ~= "RIFF" or str_sub(bytes, 9, 12) ~= "WAVE" then
         return nil
     end
@@ -169,7 +170,7 @@ function _M.wav_seconds(bytes)
                 return nil
             end
             local n = #bytes - pos - 7
-            return (size < n and size or n) / rate
+            return ((cut or size < n) and size or n) / rate
         end
         pos = pos + 8 + size + size % 2
     end

@@ -26,6 +26,7 @@ local strict = require("sluice.strict")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 local media = require("sluice.media")
+local media_usage = require("sluice.media_usage")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -161,6 +162,7 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     usage.count(ctx, endpoint, consumer, model_name)
+    media_usage.note(ctx, endpoint, doc)   -- audio seconds, characters, images
 
     local violated = content.check(snap, model_name, ctx.request_doc)
     if violated then

@@ -58,7 +58,8 @@ end
 -- Access step of an upload endpoint. Returns status, type, message, extra on failure;
 -- else nil, nil, nil, nil, the model name, the body's size and what was read of the
 -- form: { fields = { name = value } (the plain fields found), file = the file part
--- (sluice.multipart's table: name, filename, content_type), boundary }.
+-- (sluice.multipart's table: name, filename, content_type), boundary, seconds (a
+-- WAV's, from its header; nil: not known) }.
 function _M.read(endpoint, snap)
     local file_field = endpoint.file_field
     local boundary, why = multipart.boundary(ngx_var.http_content_type)
@@ -99,6 +100,7 @@ function _M.read(endpoint, snap)
         end
     end
     local file = multipart.find(parts, file_field) or multipart.find(parts, file_field .. "[]")
+    local file_in = head   -- the piece the file part's offsets are in
     if tail then
         local tparts = multipart.parse(tail, boundary)
         for i = 1, tparts and #tparts or 0 do
@@ -106,7 +108,7 @@ function _M.read(endpoint, snap)
             if not p.filename and p.to and fields[p.name] == nil then
                 fields[p.name] = str_sub(tail, p.from, p.to)
             elseif not file and (p.name == file_field or p.name == file_field .. "[]") then
-                file = p
+                file, file_in = p, tail
             end
         end
     end
@@ -121,8 +123,11 @@ function _M.read(endpoint, snap)
     if not name or name == "" then
         return refuse('the form needs a "model" field (or ?model= in the query)', "model")
     end
+    -- a WAV's seconds from its header, when its start is in the head (usage)
+    local seconds = media.wav_seconds(str_sub(file_in, file.from, file.to or #file_in),
+                                      not file.to)
     return nil, nil, nil, nil, name, size,
-           { fields = fields, file = file, boundary = boundary }
+           { fields = fields, file = file, boundary = boundary, seconds = seconds or nil }
 end
 
 return _M

@@ -2,7 +2,8 @@
 "transcription", "translation", "speech", "image"; NULL: none) and
 models.max_request_bytes (the largest request body it takes; NULL: 25 MiB on the audio
 and image endpoints, the gateway's limit elsewhere); mappings.transport (how an upload
-travels to a vendor: upload, field, content_type, query, headers, defaults).
+travels to a vendor: upload, field, content_type, query, headers, defaults);
+usage_daily.audio_ms, input_chars, images (what audio and image work bills by).
 
 Revision ID: 0020
 Revises: 0019
@@ -19,6 +20,8 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
+USAGE_COLUMNS = ("audio_ms", "input_chars", "images")
+
 
 def upgrade() -> None:
     op.add_column("models", sa.Column("media_tasks", JSONB(), nullable=True))
@@ -26,9 +29,14 @@ def upgrade() -> None:
     op.create_check_constraint("ck_models_max_request_bytes_positive", "models",
                                "max_request_bytes > 0")
     op.add_column("mappings", sa.Column("transport", JSONB(), nullable=True))
+    for column in USAGE_COLUMNS:
+        op.add_column("usage_daily", sa.Column(column, sa.BigInteger(), nullable=False,
+                                               server_default="0"))
 
 
 def downgrade() -> None:
+    for column in USAGE_COLUMNS:
+        op.drop_column("usage_daily", column)
     op.drop_column("mappings", "transport")
     op.drop_constraint("ck_models_max_request_bytes_positive", "models", type_="check")
     op.drop_column("models", "max_request_bytes")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import socket
 import time
 
 import openai
 import pytest
 import requests
+from waiting import eventually
 
 from control_plane.demo import media
 
@@ -237,3 +239,33 @@ def test_the_log_line_and_retry_from_nginx_s_copy(media_gw, helpers, backends, d
                           files={"file": ("r.wav", io.BytesIO(big), "audio/wav")})
         assert r.status_code == 200, r.text
         assert r.json()["text"] == media.transcript(big)[0]
+
+
+def test_usage_counts_audio_seconds_characters_and_images(media_gw, helpers, client):
+    """usage_daily's counters (GET /internal/usage) and the log line: 1.5 s of audio a
+    transcription (the WAV's header), characters spoken, images made."""
+    def row(model):
+        day = time.strftime("%Y%m%d", time.gmtime())
+        return media_gw.usage()["counters"].get(f"{day}|1|{model}", [0] * 7)
+
+    before = {m: row(m) for m in ("whisper-demo", "tts-demo", "image-demo")}
+    for _ in range(2):
+        client.audio.transcriptions.create(model="whisper-demo", file=("a.wav", WAV, "audio/wav"))
+    client.audio.speech.create(model="tts-demo", voice="a", input="héllo", response_format="wav")
+    client.images.generate(model="image-demo", prompt="p", n=3)
+    with pytest.raises(openai.BadRequestError):   # refused: bills nothing
+        client.images.generate(model="chat-demo", prompt="p", n=3)
+    grown = {m: [a - b for a, b in zip(row(m), before[m])] for m in before}
+    assert grown["whisper-demo"] == [2, 0, 0, 0, 3000, 0, 0]
+    assert grown["tts-demo"] == [1, 0, 0, 0, 0, 5, 0]
+    assert grown["image-demo"] == [1, 0, 0, 0, 0, 0, 3]
+    def logged():   # the access log is flushed every second
+        lines = [json.loads(line) for line in (media_gw.prefix / "logs" / "access.log")
+                 .read_text().splitlines()[-5:]]
+        by = {line["model"]: line for line in lines if line["status"] == "200"}
+        return by if len(by) == 3 else None
+
+    by_model = eventually(logged)
+    assert by_model["whisper-demo"]["audio_seconds"] == "1.5"
+    assert by_model["tts-demo"]["input_chars"] == "5"
+    assert by_model["image-demo"]["images"] == "3"
