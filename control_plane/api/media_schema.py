@@ -6,13 +6,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from control_plane.api.validation import described
-from control_plane.tables.config import MEDIA_TASKS
+from control_plane.api import validation as v
+from control_plane.api.validation import Field, described
+from control_plane.tables.config import MEDIA_TASKS, PLAN_CAPS
 
 _POINTER = r"^(/([^~/]|~[01])*)*$"
 _POINTER_RE = re.compile(_POINTER)
 RESPONSE_POINTERS = ("output", "error", "duration", "audio", "image")
 UPLOADS = ("json", "raw", "multipart")
+# a plan's daily caps on audio and image work (lua/sluice/media_caps.lua); null: none
+PLAN_CAP_FIELDS = {name: Field(v.integer(1, 2**53), nullable=True) for name in PLAN_CAPS}
 _TEMPLATE = {"type": "object", "maxProperties": 32,
              "additionalProperties": {"type": ["string", "number"]}}
 
@@ -71,3 +74,8 @@ def mapping_transport(value: Any) -> dict[str, Any]:
         if k in value and not _template(value[k]):
             raise ValueError(f"{k} must be an object of at most 32 strings or numbers")
     return value
+
+
+def plan_caps(plan: Any) -> dict[str, Any]:
+    """A plan's caps as the admin API shows them."""
+    return {name: getattr(plan, name) for name in PLAN_CAPS}

@@ -222,6 +222,7 @@ class PlanSchema(Schema):
         "daily_requests": Field(_count, nullable=True),
         "monthly_requests": Field(_count, nullable=True),
         "monthly_tokens": Field(_count, nullable=True),
+        **media_schema.PLAN_CAP_FIELDS,   # audio seconds, speech characters, images a day
         "model_overrides": Field(v.object_of(PLAN_LIMITS)),
         "priority": Field(v.one_of(*PRIORITIES)),
         "priority_header": Field(v.boolean),
@@ -239,6 +240,7 @@ class PlanSchema(Schema):
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
                 "priority": p.priority, "priority_header": p.priority_header,
                 "queue_timeout_ms": p.queue_timeout_ms, "buffer_at_peak": p.buffer_at_peak,
+                **media_schema.plan_caps(p),
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 

@@ -16,7 +16,7 @@ from control_plane.services import affinity
 from control_plane.services.config_state import current_version
 from control_plane.settings import Settings
 from control_plane.tables.config import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
-                                         Model, ModelType, Plan)
+                                         Model, ModelType, Plan, PLAN_CAPS)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,9 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
     entry["priority_header"] = plan.priority_header
     entry["queue_timeout_ms"] = plan.queue_timeout()
     entry["buffer_at_peak"] = plan.buffer_at_peak
+    for field in PLAN_CAPS:   # audio and image work per day: only when capped
+        if getattr(plan, field) is not None:
+            entry[field] = getattr(plan, field)
     return entry
 
 

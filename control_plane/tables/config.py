@@ -18,6 +18,8 @@ METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may b
 # The audio and image work a model may do (lua/sluice/media.lua): the endpoints
 # /v1/audio/transcriptions, /translations, /speech, /v1/images/* refuse other models.
 MEDIA_TASKS = ("transcription", "translation", "speech", "image")
+# A plan's daily caps on that work (Plan columns below; lua/sluice/media_caps.lua).
+PLAN_CAPS = ("max_audio_seconds_per_day", "max_speech_chars_per_day", "max_images_per_day")
 PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
 # How long a request of each class waits in the gateway for a slot of a saturated pool
 # when its plan sets no queue_timeout_ms (best-effort: refused at once).
@@ -225,6 +227,10 @@ class Plan(Timestamps, Base):
     daily_requests: Mapped[int | None] = mapped_column(BigInteger)
     monthly_requests: Mapped[int | None] = mapped_column(BigInteger)
     monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # audio and image work per UTC day (lua/sluice/media_caps.lua); NULL: no cap
+    max_audio_seconds_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    max_speech_chars_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    max_images_per_day: Mapped[int | None] = mapped_column(BigInteger)
     model_overrides: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     # Admission class of its consumers' requests when a pool is saturated, and
     # whether a caller may lower it per request (X-Sluice-Priority).

@@ -48,6 +48,8 @@
 --                                        path-named model forwarded unchanged), its length
 --  form                  target          an upload's form as `sluice.upload` read it (its small fields, the
 --                                        file part, the boundary); nil for a JSON body
+--  media_bill            media_usage     what audio and image work bills (audio seconds, characters, images)
+--                                        and, on a plan with daily caps, what it holds of them (`media_caps`)
 --  excerpt               pii             masked start of the body, when enabled
 --  quota                 policy          what the request holds of its plan's limits (a table kept with the
 --                                        context)

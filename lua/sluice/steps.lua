@@ -27,6 +27,7 @@ local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 local media = require("sluice.media")
 local media_usage = require("sluice.media_usage")
+local media_caps = require("sluice.media_caps")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -161,8 +162,13 @@ function _M.admit(ctx)
     if status then
         return status, err_type, msg, extra
     end
-    usage.count(ctx, endpoint, consumer, model_name)
     media_usage.note(ctx, endpoint, doc)   -- audio seconds, characters, images
+    status, err_type, msg, extra = media_caps.reserve(ctx, snap, consumer, model_name)
+    if status then
+        policy.undo(ctx)   -- refused by a cap: the plan's other limits go back
+        return status, err_type, msg, extra
+    end
+    usage.count(ctx, endpoint, consumer, model_name)
 
     local violated = content.check(snap, model_name, ctx.request_doc)
     if violated then

@@ -24,6 +24,7 @@ local metrics = require("sluice.metrics")
 local clear_tab = require("table.clear")
 local tokens = require("sluice.tokens")
 local media_usage = require("sluice.media_usage")
+local media_caps = require("sluice.media_caps")
 
 local ngx = ngx
 local ngx_time = ngx.time
@@ -198,7 +199,9 @@ function _M.log(ctx)
     local u = ctx.usage
     local k = u and u.keys
     if ctx.media_bill ~= nil or ctx.conv ~= nil then
-        local audio, chars, images = media_usage.bill(ctx, ngx.status)
+        local status = ngx.status
+        local audio, chars, images = media_usage.bill(ctx, status)
+        media_caps.settle(ctx, status, audio)   -- the plan's daily caps
         if k and audio then
             if audio > 0 then count(k, "na", floor(audio * 1000 + 0.5)) end
             if chars > 0 then count(k, "nx", chars) end

@@ -3,7 +3,8 @@
 models.max_request_bytes (the largest request body it takes; NULL: 25 MiB on the audio
 and image endpoints, the gateway's limit elsewhere); mappings.transport (how an upload
 travels to a vendor: upload, field, content_type, query, headers, defaults);
-usage_daily.audio_ms, input_chars, images (what audio and image work bills by).
+usage_daily.audio_ms, input_chars, images (what audio and image work bills by);
+plans.max_audio_seconds_per_day, max_speech_chars_per_day, max_images_per_day.
 
 Revision ID: 0020
 Revises: 0019
@@ -21,6 +22,7 @@ branch_labels = None
 depends_on = None
 
 USAGE_COLUMNS = ("audio_ms", "input_chars", "images")
+PLAN_CAPS = ("max_audio_seconds_per_day", "max_speech_chars_per_day", "max_images_per_day")
 
 
 def upgrade() -> None:
@@ -29,12 +31,16 @@ def upgrade() -> None:
     op.create_check_constraint("ck_models_max_request_bytes_positive", "models",
                                "max_request_bytes > 0")
     op.add_column("mappings", sa.Column("transport", JSONB(), nullable=True))
+    for column in PLAN_CAPS:
+        op.add_column("plans", sa.Column(column, sa.BigInteger(), nullable=True))
     for column in USAGE_COLUMNS:
         op.add_column("usage_daily", sa.Column(column, sa.BigInteger(), nullable=False,
                                                server_default="0"))
 
 
 def downgrade() -> None:
+    for column in PLAN_CAPS:
+        op.drop_column("plans", column)
     for column in USAGE_COLUMNS:
         op.drop_column("usage_daily", column)
     op.drop_column("mappings", "transport")

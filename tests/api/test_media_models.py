@@ -48,3 +48,17 @@ def test_a_mapping_s_transport_reaches_the_snapshot(api):
         r = api("post", "/mappings", json={**body, "name": "m-bad", **bad})
         assert r.status_code == 422, r.get_json()
         assert set(r.get_json()["error"]["fields"]) == set(bad), r.get_json()
+
+
+def test_a_plan_s_daily_media_caps_reach_the_snapshot(api, make):
+    caps = {"max_audio_seconds_per_day": 3600, "max_speech_chars_per_day": 100000,
+            "max_images_per_day": 50}
+    plan = make("plan", name="voice", **caps)
+    assert {k: plan[k] for k in caps} == caps
+    plain = make("plan", name="plain")
+    assert all(plain[k] is None for k in caps)
+    snap = api("get", "/snapshot").get_json()
+    assert {k: snap["plans"][str(plan["id"])][k] for k in caps} == caps
+    assert not set(caps) & set(snap["plans"][str(plain["id"])])
+    r = api("post", "/plans", json={"name": "bad", "max_images_per_day": 0})
+    assert r.status_code == 422 and "max_images_per_day" in r.get_json()["error"]["fields"]

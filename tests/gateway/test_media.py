@@ -269,3 +269,40 @@ def test_usage_counts_audio_seconds_characters_and_images(media_gw, helpers, cli
     assert by_model["whisper-demo"]["audio_seconds"] == "1.5"
     assert by_model["tts-demo"]["input_chars"] == "5"
     assert by_model["image-demo"]["images"] == "3"
+
+
+CAPPED_KEY = "sk-test-capped-0123456789abcdef"
+
+
+def test_plan_caps_per_day(media_gw, helpers, backends, dead_port):
+    """A plan's daily caps: reserved up front, a failed answer gives its share back,
+    past the cap 429 with retry_after (the seconds to the next UTC day)."""
+    snap = media_snapshot(helpers, backends, dead_port)
+    snap["version"] = 2
+    helpers.add_planned(snap, CAPPED_KEY, {"max_audio_seconds_per_day": 2,
+                                           "max_speech_chars_per_day": 10,
+                                           "max_images_per_day": 4}, name="capped")
+    assert media_gw.push(snap).status_code == 200
+    capped = openai.OpenAI(base_url=media_gw.url + "/v1", api_key=CAPPED_KEY, max_retries=0)
+
+    def refused(call):
+        with pytest.raises(openai.RateLimitError) as exc:
+            call()
+        err = exc.value.body
+        assert 0 < err["retry_after"] <= 86400 and "per_day" in err["message"], err
+        return err
+
+    with pytest.raises(openai.InternalServerError):   # the backend fails: nothing billed
+        capped.images.generate(model="image-demo", prompt="p", n=3,
+                               extra_headers={"X-Demo-Status": "500"})
+    assert len(capped.images.generate(model="image-demo", prompt="p", n=3).data) == 3
+    assert "max_images_per_day" in refused(
+        lambda: capped.images.generate(model="image-demo", prompt="p", n=2))["message"]
+    assert len(capped.images.generate(model="image-demo", prompt="p", n=1).data) == 1
+
+    capped.audio.speech.create(model="tts-demo", voice="a", input="six ch")
+    refused(lambda: capped.audio.speech.create(model="tts-demo", voice="a", input="six ch"))
+
+    f = ("a.wav", WAV, "audio/wav")   # 1.5 s: one fits in 2 s, two do not
+    assert capped.audio.transcriptions.create(model="whisper-demo", file=f).text == TEXT
+    refused(lambda: capped.audio.transcriptions.create(model="whisper-demo", file=f))
