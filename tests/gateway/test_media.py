@@ -306,3 +306,49 @@ def test_plan_caps_per_day(media_gw, helpers, backends, dead_port):
     f = ("a.wav", WAV, "audio/wav")   # 1.5 s: one fits in 2 s, two do not
     assert capped.audio.transcriptions.create(model="whisper-demo", file=f).text == TEXT
     refused(lambda: capped.audio.transcriptions.create(model="whisper-demo", file=f))
+
+
+@pytest.mark.parametrize("seconds", [2.0, 30.0])   # in nginx's memory; in its temp file
+def test_an_upload_falls_back_on_timeout(media_gw, helpers, backends, dead_port, seconds):
+    snap = media_snapshot(helpers, backends, dead_port)
+    snap["version"] = 3
+    snap["models"]["slow-asr"] = {"id": 20, "name": "slow-asr", "timeout_ms": 300,
+                                  "fallback_model": "whisper-demo",
+                                  "media_tasks": ["transcription"],
+                                  "backends": [backends["openai-b"].entry(21)]}
+    assert media_gw.push(snap).status_code == 200
+    audio = media.wav(seconds, "fallback")
+    r = requests.post(media_gw.url + "/v1/audio/transcriptions", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}",
+                               "X-Demo-Latency-Ms": "800"},
+                      data={"model": "slow-asr"}, files={"file": ("f.wav", audio, "audio/wav")})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Sluice-Fallback"] == "whisper-demo"
+    assert r.json()["text"] == media.transcript(audio)[0]
+
+
+SLOT_KEY = "sk-test-oneslot-0123456789abcdef"
+
+
+def test_a_caller_gone_mid_upload_frees_its_slot(media_gw, helpers, backends, dead_port):
+    """A plan of one request at a time: callers that send half an upload and hang up
+    leave the slot free for the next."""
+    snap = media_snapshot(helpers, backends, dead_port)
+    snap["version"] = 4
+    helpers.add_planned(snap, SLOT_KEY, {"max_concurrent": 1}, name="one-slot")
+    assert media_gw.push(snap).status_code == 200
+    host, port = media_gw.url.split("//")[1].split(":")
+    head = (b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-demo\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            b"Content-Type: audio/wav\r\n\r\n")
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+                       f"Authorization: Bearer {SLOT_KEY}\r\n"
+                       "Content-Type: multipart/form-data; boundary=b\r\n"
+                       f"Content-Length: {4 * 1024 * 1024}\r\n\r\n").encode()
+                      + head + WAV[:100_000])
+    capped = openai.OpenAI(base_url=media_gw.url + "/v1", api_key=SLOT_KEY, max_retries=0)
+    t = eventually(lambda: capped.audio.transcriptions.create(
+        model="whisper-demo", file=("a.wav", WAV, "audio/wav")))
+    assert t.text == TEXT
