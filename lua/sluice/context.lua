@@ -50,6 +50,9 @@
 --                                        file part, the boundary); nil for a JSON body
 --  media_bill            media_usage     what audio and image work bills (audio seconds, characters, images)
 --                                        and, on a plan with daily caps, what it holds of them (`media_caps`)
+--  too_large             phases          the message of a 413 refused in access, for the error page (nginx's
+--                                        own 413 closes the connection: the unread body is never taken for a
+--                                        next request)
 --  excerpt               pii             masked start of the body, when enabled
 --  quota                 policy          what the request holds of its plan's limits (a table kept with the
 --                                        context)

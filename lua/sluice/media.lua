@@ -104,6 +104,29 @@ function _M.largest(snap, endpoint)
     return n
 end
 
+-- The smallest body limit of a model of `snap` that does `endpoint`'s work: a larger
+-- upload may be over its model's limit (sluice.upload reads its head first then).
+local smallest_of = setmetatable({}, { __mode = "k" })
+function _M.smallest(snap, endpoint)
+    local by = smallest_of[snap]
+    if not by then
+        by = {}
+        smallest_of[snap] = by
+    end
+    local n = by[endpoint]
+    if not n then
+        n = DEFAULT_MAX
+        for _, model in pairs(snap.models) do
+            local own = model.max_request_bytes
+            if own and own < n and model.media_tasks and model.media_tasks[endpoint.task] then
+                n = own
+            end
+        end
+        by[endpoint] = n
+    end
+    return n
+end
+
 -- Access step, for compiled model `model` (nil: a route, checked once it chose) at
 -- `endpoint`, its body `len` bytes: nil, or status, type, message, extra (the
 -- parameter named for an OpenAI caller).

@@ -7,8 +7,12 @@
 --
 -- A body larger than any model here takes is a 413 before a byte of it is read (its
 -- Content-Length); so is one larger than the model named in the query string
--- (`?model=`) takes. A model named only inside the form is checked once the head is
--- read (sluice.media.check, with the rest of the request's checks).
+-- (`?model=`) takes. A body larger than some model takes (with Content-Length, over
+-- HTTP/1.x) is read by Lua in pieces instead (peek): the head first, a 413 there
+-- when the form names such a model, else the rest appended to nginx's request body
+-- (its buffer, then its temporary file), so what follows is as for a body nginx
+-- read. Others are checked once the head is read (sluice.media.check, with the rest
+-- of the request's checks).
 local multipart = require("sluice.multipart")
 local media = require("sluice.media")
 
@@ -17,9 +21,11 @@ local ngx_var = ngx.var
 local ngx_req = ngx.req
 local io_open = io.open
 local tonumber = tonumber
+local tostring = tostring
 local str_sub = string.sub
 
 local HEAD = 64 * 1024   -- bytes of the body read for the fields before the file
+local CHUNK = 64 * 1024  -- bytes a time of a body read by peek()
 local TAIL = 16 * 1024   -- and after it
 
 local _M = {}
@@ -55,6 +61,44 @@ local function pieces()
     return head, tail, size
 end
 
+-- A body of `len` bytes, its head first: 413 (status, type, message) when the form
+-- names a model of `snap` that takes less; else nil, the whole body now nginx's
+-- request body. (499: the caller went away.)
+local function peek(snap, endpoint, boundary, len)
+    local sock = ngx_req.socket()
+    if not sock then
+        return nil   -- nginx reads it (pieces)
+    end
+    local head, err = sock:receive(len < HEAD and len or HEAD)
+    if not head then
+        return err == "closed" and 499 or 400, "invalid_request_error",
+               "the upload was cut short: " .. tostring(err)
+    end
+    local parts = multipart.parse(head, boundary)
+    local name = parts and multipart.value(head, parts, "model")
+    local model = name and snap.models[name]
+    local max = model and media.limit(model, endpoint)
+    if max and len > max then
+        return 413, "payload_too_large", "the request body (" .. len .. " bytes) is larger"
+               .. " than model " .. name .. " takes (" .. max .. " bytes)"
+    end
+    ngx_req.init_body()   -- the location's client_body_buffer_size, then a file
+    ngx_req.append_body(head)
+    local left = len - #head
+    while left > 0 do
+        local chunk
+        chunk, err = sock:receive(left < CHUNK and left or CHUNK)
+        if not chunk then
+            return err == "closed" and 499 or 400, "invalid_request_error",
+                   "the upload was cut short: " .. tostring(err)
+        end
+        ngx_req.append_body(chunk)
+        left = left - #chunk
+    end
+    ngx_req.finish_body()
+    return nil
+end
+
 -- Access step of an upload endpoint. Returns status, type, message, extra on failure;
 -- else nil, nil, nil, nil, the model name, the body's size and what was read of the
 -- form: { fields = { name = value } (the plain fields found), file = the file part
@@ -80,6 +124,14 @@ function _M.read(endpoint, snap)
         if max and len and len > max then
             return 413, "payload_too_large", "the request body (" .. len .. " bytes) is larger"
                    .. " than model " .. query_model .. " takes (" .. max .. " bytes)"
+        end
+    end
+
+    if len and not query_model and len > media.smallest(snap, endpoint)
+       and ngx_req.http_version() < 2 then
+        local status, err_type, msg = peek(snap, endpoint, boundary, len)
+        if status then
+            return status, err_type, msg
         end
     end
 

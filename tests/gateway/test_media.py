@@ -197,14 +197,16 @@ def test_over_the_model_s_limit_is_413(media_gw, helpers):
             data={"model": "lost-asr"}, files={"file": ("x.wav", big, "audio/wav")})
 
 
-def raw_head(gw, path: str, length: int, helpers) -> tuple[bytes, float]:
-    """Send only the headers of a `length`-byte upload; the answer and how soon it came."""
+def raw_head(gw, path: str, length: int, helpers, form: bytes = b"--b\r\n"
+             ) -> tuple[bytes, float]:
+    """Send only the headers of a `length`-byte upload and the start of its `form`; the
+    answer and how soon it came."""
     host, port = gw.url.split("//")[1].split(":")
     started = time.monotonic()
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {helpers.KEY}\r\n"
                    "Content-Type: multipart/form-data; boundary=b\r\n"
-                   f"Content-Length: {length}\r\n\r\n--b\r\n").encode())
+                   f"Content-Length: {length}\r\n\r\n").encode() + form)
         answer = s.recv(65536)
     return answer, time.monotonic() - started
 
@@ -218,6 +220,14 @@ def test_413_before_the_upload_is_read(media_gw, helpers):
     answer, took = raw_head(media_gw, "/v1/audio/transcriptions?model=lost-asr",
                             2 * 1024 * 1024, helpers)
     assert answer.startswith(b"HTTP/1.1 413") and b"lost-asr" in answer
+    assert took < 2
+    # the model named in the form only: its head is read, not the rest
+    form = (b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nlost-asr\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            b"Content-Type: audio/wav\r\n\r\n" + media.wav(3.0, "head")[:70_000])
+    answer, took = raw_head(media_gw, "/v1/audio/transcriptions", 2 * 1024 * 1024, helpers,
+                            form)
+    assert answer.startswith(b"HTTP/1.1 413") and b"lost-asr" in answer, answer[:300]
     assert took < 2
 
 
@@ -352,3 +362,35 @@ def test_a_caller_gone_mid_upload_frees_its_slot(media_gw, helpers, backends, de
     t = eventually(lambda: capped.audio.transcriptions.create(
         model="whisper-demo", file=("a.wav", WAV, "audio/wav")))
     assert t.text == TEXT
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/transcriptions",          # read: the head
+                                  "/v1/audio/transcriptions?model=lost-asr"])   # none
+def test_keepalive_after_an_early_413(media_gw, helpers, path):
+    """A caller that sends its whole body anyway and reuses the connection: the rest
+    of the refused body is never taken for a next request (the gateway closes it)."""
+    host, port = media_gw.url.split("//")[1].split(":")
+    body = (b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nlost-asr\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            b"Content-Type: audio/wav\r\n\r\n" + media.wav(40.0, "keep") + b"\r\n--b--\r\n")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {helpers.KEY}\r\n"
+                   "Content-Type: multipart/form-data; boundary=b\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode())
+        try:
+            s.sendall(body + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        except OSError:
+            pass   # the gateway closed the connection: fine
+        got = b""
+        try:
+            while True:
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                got += piece
+        except OSError:
+            pass
+    assert got.startswith(b"HTTP/1.1 413") and b"Connection: close" in got, got[:600]
+    assert b"lost-asr" in got and b"payload_too_large" in got
+    assert got.count(b"HTTP/1.1 ") == 1, got[:2000]   # nothing answered the rest
