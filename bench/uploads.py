@@ -11,7 +11,11 @@ max_request_bytes 200 MiB) on it. Each size is sent by --clients threads for
 and size it prints uploads/s, MiB/s and the worker's resident memory: VmRSS after the
 run and VmHWM, the peak since the worker started (read from /proc).
 
-    .venv/bin/python bench/uploads.py [--duration 5] [--rounds 2] [--clients 4]
+    .venv/bin/python bench/uploads.py [--duration 5] [--rounds 2] [--clients 4] [--peek]
+
+--peek adds a second model that takes at most 1 MiB: every larger upload is then read
+by Lua in pieces (sluice.upload's peek: the head first, for an early 413), not by
+nginx.
 
 Prints figures; never a CI gate.
 """
@@ -76,8 +80,8 @@ def baseline_http(port: int, upstream_port: int) -> str:
     }}"""
 
 
-def snapshot(upstream_port: int) -> dict:
-    return {
+def snapshot(upstream_port: int, peek: bool) -> dict:
+    snap = {
         "version": 1,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "models": {MODEL: {
@@ -91,6 +95,10 @@ def snapshot(upstream_port: int) -> dict:
         "keys": {hashlib.sha256(KEY.encode()).hexdigest():
                  {"id": 1, "consumer_id": 1, "prefix": KEY[:11], "expires_at": None}},
     }
+    if peek:
+        small = dict(snap["models"][MODEL], id=2, name="asr-small", max_request_bytes=MiB)
+        snap["models"]["asr-small"] = small
+    return snap
 
 
 def upload_body(size: int) -> bytes:
@@ -171,6 +179,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--peek", action="store_true",
+                        help="a model of 1 MiB beside: larger uploads are read by Lua")
     args = parser.parse_args()
 
     top = Path(tempfile.mkdtemp(prefix="sluice-uploads-"))
@@ -186,7 +196,7 @@ def main() -> int:
                                    token="bench-uploads-token-0123456789",
                                    max_upload_size="200m"))
         gw.start()
-        if gw.push(snapshot(up_port)).status_code != 200:
+        if gw.push(snapshot(up_port, args.peek)).status_code != 200:
             raise BenchError("snapshot push refused")
         targets = {"nginx": (base_port, None, baseline.pid), "sluice": (port, KEY, gw.proc.pid)}
         for name, (p, k, _) in targets.items():
