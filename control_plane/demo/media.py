@@ -33,6 +33,10 @@ And an image-recognition vendor (brief 000's ``cv/ocr``):
 
 - ``ocr-json``: ``POST /ocr`` ``{"image": <base64 PNG>}`` answers
   ``{"text": "<width>x<height> PNG, crc32 <checksum>"}``.
+
+And an image vendor: ``img-json``: ``POST /draw`` ``{"prompt": ..., "image": <base64,
+optional>}`` answers ``{"images": [<base64 PNG>]}``, the PNG ``/v1/images/*`` would
+make of the same prompt and image.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ import time
 import zlib
 from urllib.parse import parse_qs
 
-PROTOCOLS = ("asr-json", "asr-raw", "tts-json", "ocr-json")
+PROTOCOLS = ("asr-json", "asr-raw", "tts-json", "ocr-json", "img-json")
 MAX_UPLOAD = 256 * 1024 * 1024
 RATE = 16000                 # samples per second of the WAVs made here (16-bit mono)
 MS_PER_CHAR = 60
@@ -197,6 +201,8 @@ def route(protocol: str, path: str):
         return tts_json
     if protocol == "ocr-json" and path == "/ocr":
         return ocr_json
+    if protocol == "img-json" and path == "/draw":
+        return img_json
     return None
 
 
@@ -334,6 +340,16 @@ def ocr_json(h, body: bytes, query: str) -> None:
     except ValueError:
         raise BadRequest("image must be base64") from None
     h._send_json(200, {"text": ocr_text(image)})
+
+
+def img_json(h, body: bytes, query: str) -> None:
+    doc = json.loads(body or b"{}")
+    prompt = doc.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt must be a non-empty string")
+    image = base64.b64decode(doc.get("image") or "")
+    answer = image_answer(prompt, image, 1, None, "b64_json")
+    h._send_json(200, {"images": [answer["data"][0]["b64_json"]]})
 
 
 def send(h, status: int, content_type: str, body: bytes) -> None:

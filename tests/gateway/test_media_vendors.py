@@ -28,6 +28,11 @@ MAPPINGS = {
                 "request": {}, "query": {"lang": "{{params.language}}"},
                 "defaults": {"language": "zh"},
                 "response": {"output": "/result/0/transcript", "error": "/error_msg"}},
+    "img-gen": {"path": "/draw", "request": {"prompt": "{{input}}"},
+                "response": {"output": "/images", "image": "/images"}},
+    "img-edit": {"path": "/draw", "upload": "json",
+                 "request": {"prompt": "{{params.prompt}}", "image": "{{file}}"},
+                 "response": {"output": "/images", "image": "/images"}},
     "ocr-json": {"path": "/ocr", "request": {"image": "{{input}}"},
                  "response": {"output": "/text"}},
     "tts-json": {"path": "/tts", "request": {"text": "{{input}}", "speaker": "{{params.voice}}"},
@@ -39,7 +44,7 @@ MAPPINGS = {
 @pytest.fixture(scope="module")
 def vendors():
     started = {p: demo.serve(p, "127.0.0.1", 0, p) for p in ("asr-json", "asr-raw", "tts-json",
-                                                                 "ocr-json")}
+                                                                 "ocr-json", "img-json")}
     yield started
     for s in started.values():
         s.shutdown()
@@ -65,6 +70,8 @@ def snapshot(helpers, backends, vendors, version=1, asr=None, breaker=None) -> d
         "tts-vendor": (5000, [entry(5, vendors["tts-json"], "tts-json")]),
         "tts-openai": (5000, [{**a.entry(7)}]),
         "ocr-demo": (5000, [entry(8, vendors["ocr-json"], "ocr-json")]),
+        "img-vendor": (5000, [entry(9, vendors["img-json"], "img-gen")]),
+        "img-edit-vendor": (5000, [entry(10, vendors["img-json"], "img-edit")]),
     }, mappings=MAPPINGS)
     snap["model_types"] = {"asr/zh": "asr-demo", "tts/zh": "tts-vendor", "tts/en": "tts-openai",
                            "cv/ocr": "ocr-demo"}
@@ -72,6 +79,8 @@ def snapshot(helpers, backends, vendors, version=1, asr=None, breaker=None) -> d
         snap["models"][m]["media_tasks"] = ["transcription", "translation"]
     snap["models"]["tts-vendor"]["media_tasks"] = ["speech"]
     snap["models"]["tts-openai"]["media_tasks"] = ["speech"]
+    for m in ("img-vendor", "img-edit-vendor"):
+        snap["models"][m]["media_tasks"] = ["image"]
     if breaker:
         snap["breaker"] = breaker
     return snap
@@ -180,3 +189,14 @@ def test_brief_000_envelope_reaches_asr_tts_and_ocr(client, gateway, helpers):
     image = media.png(12, 7, b"scan")
     _, doc = envelope(gateway, helpers, "cv/ocr", base64.b64encode(image).decode())
     assert doc["outputs"] == [media.ocr_text(image)]
+
+
+def test_images_from_a_vendor(client):
+    """A vendor's base64 images in OpenAI's answer: generated from a prompt, and edited
+    from an uploaded image (base64 inside the vendor's JSON)."""
+    g = client.images.generate(model="img-vendor", prompt="a junk", response_format="b64_json")
+    assert base64.b64decode(g.data[0].b64_json) == media.png(64, 64, b"a junk\x00")
+    image = media.png(8, 8, b"photo")
+    e = client.images.edit(model="img-edit-vendor", image=("p.png", image, "image/png"),
+                           prompt="add a sail")
+    assert base64.b64decode(e.data[0].b64_json) == media.png(64, 64, image + b"add a sail\x00")
