@@ -200,3 +200,17 @@ def test_images_from_a_vendor(client):
     e = client.images.edit(model="img-edit-vendor", image=("p.png", image, "image/png"),
                            prompt="add a sail")
     assert base64.b64decode(e.data[0].b64_json) == media.png(64, 64, image + b"add a sail\x00")
+
+
+def test_a_large_upload_through_each_vendor_shape(client):
+    """2.6 MB: past the upload location's buffer and past the 1 MiB body limit of the
+    internal location that fetches a converted answer."""
+    big = media.wav(80.0, "large")
+    for model, shape in (("raw-only", "asr-raw"), ("asr-demo", None)):
+        seen = set()
+        for _ in range(8 if shape is None else 1):
+            r = client.audio.transcriptions.with_raw_response.create(
+                model=model, file=("big.wav", big, "audio/wav"))
+            assert r.parse().text == media.transcript(big)[0]
+            seen.add(r.headers.get("x-demo-backend"))
+        assert shape is None or seen == {shape}
