@@ -326,6 +326,11 @@ Async (202 and a job; GET the Location with the same key for the answer):
     -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
 
+Audio ({info['demo_asr_model']}: three ASR vendors, one answer; any WAV file):
+  curl -s {info['gateway_url']}/v1/audio/transcriptions \\
+    -H 'Authorization: Bearer {info['demo_api_key']}' \\
+    -F model={info['demo_asr_model']} -F file=@call.wav -F response_format=srt
+
 Over HTTPS, trusting the demo CA:
   curl -s --cacert {info['ca_cert']} {info['gateway_tls_url']}/v1/chat/completions \\
     -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \\
