@@ -14,6 +14,10 @@ Small, but it shows the features a newcomer asks about on the first day:
   which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`);
   the model type `nlp/sentiment` maps to it, so brief 000's envelope (`model_type`,
   no `model`) reaches it through `POST /v1/predict`.
+- `responses-demo`: a backend that speaks the OpenAI Responses API natively
+  (`openai_responses`): `/v1/responses` passes through (stored responses,
+  `previous_response_id`), chat callers are converted to it (docs/responses-api.md).
+  Every chat model answers on `/v1/responses` too, converted.
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
@@ -35,6 +39,7 @@ DEMO_MODELS = [
     {"name": "chat-canary", "timeout_ms": 30000},
     {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
     {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
+    {"name": "responses-demo", "timeout_ms": 30000},
     *media_fleet.MODELS,
 ]
 # latency_ms: what the demo backend waits before each answer
@@ -48,6 +53,8 @@ DEMO_BACKENDS = [
      "latency_ms": 5000},
     {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
      "weight": 100, "gpu_class": "L4"},
+    {"name": "responses-demo-a", "model": "responses-demo", "protocol": "openai_responses",
+     "weight": 100},
     *media_fleet.BACKENDS,
 ]
 DEMO_ROUTE = {"name": "chat", "versions": [

@@ -1,6 +1,7 @@
 """The gateway's nginx.conf: `render`, which fills nginx/nginx.conf.tmpl's
 {{placeholders}} from a `GatewayConfig` (runtime/gateway_config.py: what differs
-between two gateways on one machine).
+between two gateways on one machine), and `render_all`, which also fills the
+templates of the files it includes (INCLUDED: nginx/delivery.conf.tmpl) the same way.
 
 Pure text: nothing here starts nginx or writes a file (runtime/gateway.py does);
 the TLS lines come from runtime/nginx_tls.py.
@@ -18,6 +19,8 @@ from control_plane.runtime.gateway_config import REPO, GatewayConfig
 from control_plane.settings import parse_redis_url
 
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
+# conf/<name> that nginx.conf includes -> its template (the same placeholders)
+INCLUDED = {"delivery.conf": REPO / "nginx" / "delivery.conf.tmpl"}
 
 # Workers drop to this user when the master runs as root (this machine, CI).
 WORKER_USER = "nobody"
@@ -97,6 +100,11 @@ def _jobs_proxy(url: str | None) -> str:
 
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
+    return render_all(cfg)["nginx.conf"]
+
+
+def render_all(cfg: GatewayConfig) -> dict[str, str]:
+    """{file name under conf/: text} for `cfg`: nginx.conf and the files it includes."""
     if not _TOKEN_RE.match(cfg.token):
         raise ValueError("token must be 16-256 characters of [A-Za-z0-9._~+/=-]")
     if not _SIZE_RE.match(cfg.client_max_body_size):
@@ -141,10 +149,12 @@ def render(cfg: GatewayConfig) -> str:
         "loop_socket": str(nginx_tls.h1_socket(cfg)),
     }
 
-    def fill(m: re.Match) -> str:
-        name = m.group(1)
-        if name not in values:
-            raise KeyError(f"{TEMPLATE}: unknown placeholder {{{{{name}}}}}")
-        return values[name]
+    def fill(template: Path) -> str:
+        def one(m: re.Match) -> str:
+            name = m.group(1)
+            if name not in values:
+                raise KeyError(f"{template}: unknown placeholder {{{{{name}}}}}")
+            return values[name]
+        return _PLACEHOLDER_RE.sub(one, template.read_text())
 
-    return _PLACEHOLDER_RE.sub(fill, TEMPLATE.read_text())
+    return {"nginx.conf": fill(TEMPLATE), **{name: fill(t) for name, t in INCLUDED.items()}}

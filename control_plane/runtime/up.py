@@ -195,6 +195,7 @@ class Stack:
             **demo_keys,
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
+            "demo_responses_model": "responses-demo",   # speaks the Responses API natively
             **media_fleet.UP_KEYS,   # demo_asr_model, demo_tts_model, demo_image_model
             "database_url": db_url,
             "amqp_url": amqp_url,

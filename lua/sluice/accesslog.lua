@@ -105,12 +105,12 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
     put_msec(buf, now)
     buf:put('","request_id":"', plain(ctx.request_id),
             '","consumer":"', esc(consumer), '","plan":"', esc(plan),
-            '","model":"', esc(model), '","route":"', esc(ctx.route),
+            '","model":"', esc(model), '","route":"', esc(ctx.target.route),
             '","backend":"', esc(backend), '","method":"', method,
             '","path":"', esc(path), '","status":"', count(status),
             '","latency_ms":"', count(latency_ms), '","upstream_ms":"', count(upstream_ms))
     local u = ctx.usage or NOTHING
-    local p, c, cache, err = u.prompt, u.completion, ctx.cache_status, ctx.error_type
+    local p, c, cache, err = u.prompt, u.completion, ctx.cache.logged, ctx.error_type
     if p == nil and c == nil and cache == nil and err == nil then
         buf:put(NO_USAGE)
     else
@@ -118,15 +118,15 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
                 '","cache":"', plain(cache), '","error_type":"', plain(err))
     end
     buf:put('","bytes_sent":"', plain(bytes_sent))
-    local excerpt, fallback, queue_ms, up_err = ctx.excerpt, ctx.fallback, ctx.queue_ms,
-                                                ctx.upstream_error
+    local excerpt, fallback, queue_ms, up_err = ctx.body.excerpt, ctx.fallback.taken,
+                                                ctx.backend.queue_ms, ctx.upstream_error
     if excerpt == nil and fallback == nil and queue_ms == nil and up_err == nil then
         buf:put(NO_EXTRAS)
     else
         buf:put('","excerpt":"', esc(excerpt), '","fallback":"', esc(fallback),
                 '","queue_ms":"', count(queue_ms), '","upstream_error":"', esc(up_err))
     end
-    local bill = ctx.media_bill   -- audio and image work only (sluice.media_usage)
+    local bill = u.media   -- audio and image work only (sluice.media_usage)
     if bill then
         buf:put('","audio_seconds":"', count(bill.audio), '","input_chars":"',
                 count(bill.chars), '","images":"', count(bill.images))

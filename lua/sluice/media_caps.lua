@@ -57,16 +57,17 @@ function _M.validate(p, where)
     return nil
 end
 
--- Access step, after sluice.media_usage.note (ctx.media_bill) and the plan's other
+-- Access step, after sluice.media_usage.note (ctx.usage.media) and the plan's other
 -- limits: reserve the bill on the caps of `consumer`'s plan for `model_name` (a
 -- plan's model override keeps the plan's caps) in compiled snapshot `snap`. Returns
 -- nil, or status, type, message, extra (nothing held then). Sets
--- ctx.media_bill.held and the counter keys.
+-- ctx.usage.media.held and the counter keys.
 function _M.reserve(ctx, snap, consumer, model_name)
     local plan = consumer.plan_id and snap.plans[consumer.plan_id]
     local lim = plan and (plan.models[model_name] or plan.base)
     local caps = lim and lim.media_caps
-    local bill = ctx.media_bill
+    local u = ctx.usage
+    local bill = u and u.media
     if not caps or not bill then
         return nil
     end
@@ -102,7 +103,8 @@ end
 -- Log phase (sluice.usage): settle what the request held; `audio` is the seconds it
 -- bills now (the answer's), `status` its status.
 function _M.settle(ctx, status, audio)
-    local bill = ctx.media_bill
+    local u = ctx.usage
+    local bill = u and u.media
     local held = bill and bill.held
     if not held then
         return

@@ -145,7 +145,7 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool, vendor)
                .. endpoint.path .. " (its backends speak " .. pool.protocol .. ")",
                { param = "model" }
     end
-    local form = ctx.form
+    local form = ctx.body.form
     local params = form and form.fields or doc or {}
     local values = { model = model_name, input = params.input or params.prompt }
     local body, ctype

@@ -1,8 +1,10 @@
 -- What audio and image work bills by (issue 25): seconds of audio transcribed or
 -- translated (the backend's answer when the gateway reads it: a vendor's, the
 -- envelope's; else the uploaded WAV's header), characters of text spoken, images
--- made. Noted in access (ctx.media_bill), counted by sluice.usage in the log phase for
+-- made. Noted in access (ctx.usage.media), counted by sluice.usage in the log phase for
 -- an answer that succeeded, written on the log line (sluice.accesslog).
+local tokens = require("sluice.tokens")
+
 local type = type
 local tonumber = tonumber
 local floor = math.floor
@@ -16,14 +18,14 @@ local function chars(s)
     return #s - continuation
 end
 
--- Access step (sets ctx.media_bill): what this request will bill, as far as known.
+-- Access step (sets ctx.usage.media): what this request will bill, as far as known.
 -- `doc`: the decoded JSON body (nil for an upload).
 function _M.note(ctx, endpoint, doc)
     local task = endpoint.task
     if not task then
         return
     end
-    local form = ctx.form
+    local form = ctx.body.form
     local bill = { audio = 0, chars = 0, images = 0 }
     if task == "speech" then
         local input = doc and doc.input
@@ -34,18 +36,19 @@ function _M.note(ctx, endpoint, doc)
     else
         bill.audio = form and form.seconds or 0
     end
-    ctx.media_bill = bill
+    tokens.of(ctx).media = bill
 end
 
 -- Log phase: the bill of a request whose answer succeeded (`status` < 400), or nil:
 -- audio seconds, characters, images. The answer's seconds win over the header's.
 function _M.bill(ctx, status)
-    local bill = ctx.media_bill
+    local u = ctx.usage
+    local bill = u and u.media
     local conv = ctx.conv
     local heard = conv and conv.audio_seconds
     if heard and not bill then   -- brief 000's envelope to an ASR model
         bill = { audio = heard, chars = 0, images = 0 }
-        ctx.media_bill = bill
+        tokens.of(ctx).media = bill
     elseif heard then
         bill.audio = heard
     end

@@ -23,7 +23,7 @@ local function takes(pool, endpoint)
 end
 
 -- Access step: the pool of compiled `model` for media `endpoint` (several pools), by
--- weight; nil when none can take the endpoint. `moved`: ctx.moved.
+-- weight; nil when none can take the endpoint. `moved`: ctx.target.moved.
 function _M.pool(model, endpoint, moved)
     local order, pools = model.pool_order, model.pools
     local now = ngx_now()

@@ -198,7 +198,7 @@ end
 function _M.log(ctx)
     local u = ctx.usage
     local k = u and u.keys
-    if ctx.media_bill ~= nil or ctx.conv ~= nil then
+    if (u and u.media) ~= nil or ctx.conv ~= nil then
         local status = ngx.status
         local audio, chars, images = media_usage.bill(ctx, status)
         media_caps.settle(ctx, status, audio)   -- the plan's daily caps
