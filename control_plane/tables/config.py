@@ -14,7 +14,7 @@ from control_plane.tables.base import Base, Timestamps
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor", "openai_responses",
-             "gemini")
+             "gemini", "anthropic")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 # The audio and image work a model may do (lua/sluice/media.lua): the endpoints
 # /v1/audio/transcriptions, /translations, /speech, /v1/images/* refuse other models.

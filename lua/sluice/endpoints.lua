@@ -6,6 +6,8 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/messages                   anthropic  chat        model in body
+--   POST /v1/messages/count_tokens      anthropic  (answered by the gateway)
 --   POST /v1/audio/transcriptions       openai     media       model in the form (upload)
 --   POST /v1/audio/translations         openai     media       model in the form (upload)
 --   POST /v1/audio/speech               openai     media       model in body
@@ -35,6 +37,10 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    ["/v1/messages"] = { name = "messages", caller = "anthropic", kind = "chat", llm = true,
+                         native = "anthropic" },
+    ["/v1/messages/count_tokens"] = { name = "count_tokens", caller = "anthropic",
+                                      kind = "chat", answered = true },
     -- audio and images (sluice.media: `task` is what a model must serve; `path`, the
     -- OpenAI backend's; an upload's form is read by sluice.upload, its file part
     -- named `file_field`)

@@ -24,8 +24,9 @@ local floor = math.floor
 local json_null = cjson.null
 
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
-                    vendor = true, openai_responses = true, gemini = true }
-local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini"
+                    vendor = true, openai_responses = true, gemini = true, anthropic = true }
+local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini, "
+                       .. "anthropic"
 local SCHEMES = { http = true, https = true }
 
 local _M = {}

@@ -6,8 +6,8 @@ travels to a vendor: upload, field, content_type, query, headers, defaults);
 usage_daily.audio_ms, input_chars, images (what audio and image work bills by);
 plans.max_audio_seconds_per_day, max_speech_chars_per_day, max_images_per_day.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
