@@ -197,8 +197,10 @@ def test_unconvertible_200_of_a_fallback_is_a_real_502(falling_back, helpers, fi
     assert r.headers["X-Sluice-Fallback"] == "conv"
 
     # both passes' attempts, in order, reach the log and the stats
-    lines = eventually(lambda: [l for l in access_lines(gw, 2, timeout=0.5)
-                                if l["request_id"].startswith("fb-")], 10)
+    # (the log is flushed each second: wait for both requests' lines, not the first's)
+    lines = eventually(lambda: (ls := [l for l in access_lines(gw, 2, timeout=0.5)
+                                       if l["request_id"].startswith("fb-")])
+                       and len(ls) >= 2 and ls, 10)
     assert {l["status"] for l in lines} == {"502", "200"}
     assert all(l["fallback"] == "conv" and l["backend"] == "kv1" for l in lines)
     # the first pass's attempt (timed out after 300 ms) is counted with the fallback's
