@@ -18,6 +18,9 @@ voice agent sends and expects:
   per 100 bytes of audio; output tokens: the answer's words)
 - anything else: an ``error`` event (the session stays open, as OpenAI's does)
 
+The session object also shows ``demo_offered_protocols``: the subprotocols the caller
+offered (the tests check that a gateway passed no key on).
+
 The answer is ``echo: <what it heard>``. ``--latency-ms`` waits before each response.
 """
 from __future__ import annotations
@@ -45,8 +48,9 @@ class Session:
     """One caller's conversation: its settings, the audio not yet committed, and what
     it last said (the next response echoes it)."""
 
-    def __init__(self, model: str, name: str, latency_ms: float):
+    def __init__(self, model: str, name: str, latency_ms: float, offered: list[str]):
         self.ids = itertools.count(1)
+        self.offered = offered   # the subprotocols the caller offered (shown to tests)
         self.model = model
         self.name = name
         self.latency_ms = latency_ms
@@ -61,7 +65,8 @@ class Session:
 
     def session_doc(self) -> dict:
         return {"id": self.id, "object": "realtime.session", "type": "realtime",
-                "model": self.model, "output_modalities": self.modalities}
+                "model": self.model, "output_modalities": self.modalities,
+                "demo_offered_protocols": self.offered}
 
     def item(self, text: str, role: str = "user") -> dict:
         kind = "input_text" if role == "user" else "output_text"
@@ -149,7 +154,9 @@ def handler(name: str, latency_ms: float):
         model = ""
         if "?" in path:
             model = (parse_qs(urlsplit(path).query).get("model") or [""])[0]
-        s = Session(model, name, latency_ms)
+        offered = [p.strip() for h in ws.request.headers.get_all("Sec-WebSocket-Protocol")
+                   for p in h.split(",")] if ws.request else []
+        s = Session(model, name, latency_ms, offered)
         await ws.send(s.event("session.created", session=s.session_doc()))
         try:
             async for message in ws:

@@ -52,6 +52,7 @@ local OPCODE = { text = 0x1, binary = 0x2, continuation = 0x0, ping = 0x9, pong 
 local WATCH_STEP = 0.25   -- seconds between the watch's looks at the clock
 local NO_STATUS = 1005    -- a close frame without a code (RFC 6455)
 local ABNORMAL = 1006     -- the socket dropped without a close frame
+local DRAIN_S = 2         -- how long a closed caller is given to answer our close frame
 local DURATION_BUCKETS = { 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600 }
 
 local _M = {}
@@ -79,7 +80,8 @@ end
 
 -- Frames from `from` to `to` until one side closes or fails. `up`: the caller's side
 -- is `from`. Returns who ended it ("client" or "backend"), how ("close" or "lost"),
--- and a close frame's code and reason.
+-- and a close frame's code and reason. Once the session is closing (s.closing), the
+-- caller's frames are read and dropped until its close frame answers ours.
 local function pump(ctx, s, from, to, up)
     local own, other = up and "client" or "backend", up and "backend" or "client"
     while true do
@@ -87,12 +89,12 @@ local function pump(ctx, s, from, to, up)
         if not data then
             -- a read timeout between frames is not an end (the watch decides that);
             -- one inside a frame is: the stream is out of step
-            if not (err and str_find(err, "first 2 bytes: timeout", 1, true)) then
+            if s.closing or not (err and str_find(err, "first 2 bytes: timeout", 1, true)) then
                 return own, "lost", nil, err
             end
         elseif typ == "close" then
             return own, "close", err, data
-        else
+        elseif not s.closing then
             s.last = ngx_now()
             local fin = err ~= "again"
             local bytes, serr = to:send_frame(fin, OPCODE[typ], data)
@@ -131,32 +133,57 @@ local function watch(s)
     end
 end
 
--- Close both sides as the session's end says; sets s.closed_by, s.close_code,
--- s.failed (the backend failed the session).
-local function close(s, caller, backend, by, how, code, reason)
+local function sleeper(seconds)
+    ngx_sleep(seconds)
+end
+
+-- The caller has our close frame: the thread reading it (`up`) ends when the caller's
+-- own close frame comes, which it usually does at once. Closing the connection before
+-- that, with the caller's frames unread, would reset it, and a reset can destroy our
+-- close frame before the caller reads it. After DRAIN_S the thread is stopped (which
+-- closes the caller's socket).
+local function drain(up)
+    local timer = spawn(sleeper, DRAIN_S)
+    wait(up, timer)
+    kill(up)
+    kill(timer)
+end
+
+-- Close both sides as the session's end says; sets s.closed_by, s.close_code and
+-- s.failed (the backend failed the session). Stopping a thread that waits to read a
+-- socket closes that socket; each socket's writer is stopped (or done) before this
+-- thread writes to it. (`backend` reads only what the backend sends: stopping it
+-- loses nothing the caller would still get.)
+local function close(s, caller, backend, up, down, by, how, code, reason)
     s.closed_by = by
-    if by == "gateway" then
-        code = how == "limit" and 1008 or 1000
-        reason = how == "limit" and "session length limit" or "idle timeout"
-        caller:send_close(code, reason)
-        backend:send_close(code, reason)
-    elseif by == "client" then
+    s.closing = true
+    if by == "client" then          -- up is done: the backend socket is ours to write
         if how == "close" then
             backend:send_close(code, reason)
+            kill(down)
             caller:send_close(code, reason)   -- the echo RFC 6455 asks for
         else
             backend:send_close(1001, "caller went away")
+            kill(down)
             code = ABNORMAL
         end
-    elseif how == "close" then   -- the backend's close frame
-        caller:send_close(code, reason)
-        backend:send_close(code, reason)
-        s.failed = code == 1011
-    else                         -- the backend's socket dropped, or writing to it failed
-        ngx_log(WARN, "realtime backend lost mid-session: ", tostring(reason))
-        code = 1011
-        caller:send_close(code, "backend connection lost")
-        s.failed = true
+    else                            -- down is done or stopped: the caller socket is ours
+        kill(down)
+        if by == "gateway" then
+            code = how == "limit" and 1008 or 1000
+            reason = how == "limit" and "session length limit" or "idle timeout"
+            caller:send_close(code, reason)
+            backend:send_close(code, reason)
+        elseif how == "close" then  -- the backend's close frame, passed on
+            caller:send_close(code, reason)
+            s.failed = code == 1011
+        else                        -- the backend's socket dropped, or writing to it failed
+            ngx_log(WARN, "realtime backend lost mid-session: ", tostring(reason))
+            code = 1011
+            caller:send_close(code, "backend connection lost")
+            s.failed = true
+        end
+        drain(up)
     end
     s.close_code = code or NO_STATUS
     backend.sock:close()
@@ -189,17 +216,15 @@ function _M.serve(ctx, protocol)
     local down = spawn(pump, ctx, s, backend, caller, false)
     local watcher = spawn(watch, s)
     local ok, by, how, code, reason = wait(up, down, watcher)
-    -- FIXME: a thread stopped while it waits to finish writing a frame (a full socket
-    -- buffer) leaves half a frame on that socket; the close frame sent after it is then
-    -- unreadable to that side, which drops the connection instead.
-    kill(up)
-    kill(down)
     kill(watcher)
     if not ok then
         ngx_log(WARN, "realtime session thread failed: ", by)
         by, how = "backend", "lost"
     end
-    close(s, caller, backend, by, how, code, reason)
+    -- FIXME: a writer stopped while it waits to finish a frame (a full socket buffer)
+    -- leaves half a frame on that socket; the close frame after it is then unreadable
+    -- to that side, which sees the connection drop instead.
+    close(s, caller, backend, up, down, by, how, code, reason)
 end
 
 -- Log phase of a /v1/realtime request: a refused one is logged like any request; a
