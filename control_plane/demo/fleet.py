@@ -14,6 +14,9 @@ Small, but it shows the features a newcomer asks about on the first day:
   which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`);
   the model type `nlp/sentiment` maps to it, so brief 000's envelope (`model_type`,
   no `model`) reaches it through `POST /v1/predict`.
+- `realtime-demo`: OpenAI's Realtime API over a WebSocket (`GET /v1/realtime?model=
+  realtime-demo`), served by the demo realtime backend (control_plane/demo/realtime.py);
+  the plans cap sessions at once and their length.
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
@@ -32,7 +35,10 @@ DEMO_MODELS = [
     {"name": "chat-canary", "timeout_ms": 30000},
     {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
     {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
+    # a realtime session is closed after this long with no event either way
+    {"name": "realtime-demo", "timeout_ms": 60000},
 ]
+DEMO_REALTIME_MODEL = "realtime-demo"
 # latency_ms: what the demo backend waits before each answer
 DEMO_BACKENDS = [
     {"name": "chat-demo-a", "model": "chat-demo", "protocol": "openai", "weight": 300,
@@ -44,6 +50,8 @@ DEMO_BACKENDS = [
      "latency_ms": 5000},
     {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
      "weight": 100, "gpu_class": "L4"},
+    {"name": "realtime-demo-a", "model": "realtime-demo", "protocol": "openai_realtime",
+     "weight": 100, "latency_ms": 0},
 ]
 DEMO_ROUTE = {"name": "chat", "versions": [
     {"model": "chat-canary", "conditions": {"user_type": "vip"}},
@@ -54,9 +62,11 @@ DEMO_MODEL_TYPES = {"nlp/sentiment": "sentiment-demo"}
 # generous: never in a demo's way, but usage and quotas have something to show
 DEMO_PLANS = [
     {"name": "demo", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
-     "monthly_tokens": 100_000_000, "priority": "standard"},
+     "monthly_tokens": 100_000_000, "priority": "standard", "realtime_sessions": 10,
+     "realtime_session_s": 1800},
     {"name": "vip", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
-     "monthly_tokens": 100_000_000, "priority": "critical"},
+     "monthly_tokens": 100_000_000, "priority": "critical", "realtime_sessions": 50,
+     "realtime_session_s": 3600},
 ]
 # consumer name -> (plan, attributes, key name in var/secrets.json and sluice-up.json)
 DEMO_CONSUMERS = {
@@ -68,8 +78,19 @@ DEMO_LATENCY_MS = 20   # every demo backend's latency, unless it says otherwise
 DEMO_SLAS = "chat-demo=2000,chat-canary=2000,sentiment-demo=500"
 
 
+def backend_module(backend: Mapping[str, Any]) -> str:
+    """The module that runs the demo backend (`python -m <module>`)."""
+    if backend["protocol"] == "openai_realtime":
+        return "control_plane.demo.realtime"
+    return "control_plane.demo.backends"
+
+
 def backend_args(backend: Mapping[str, Any], port: int) -> list[str]:
-    """The demo backend's command-line flags (control_plane/demo/cli.py)."""
+    """The demo backend's command-line flags (control_plane/demo/cli.py; the realtime
+    one's: control_plane/demo/realtime.py)."""
+    if backend["protocol"] == "openai_realtime":
+        return ["--port", str(port), "--name", backend["name"],
+                "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]
     args = ["--protocol", backend["protocol"], "--port", str(port),
             "--name", backend["name"],
             "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]

@@ -195,6 +195,8 @@ class Stack:
             **demo_keys,
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
+            # GET /v1/realtime?model=<this> (a WebSocket; docs/realtime.md)
+            "demo_realtime_model": fleet.DEMO_REALTIME_MODEL,
             "database_url": db_url,
             "amqp_url": amqp_url,
             "logs": str(logs),
@@ -238,7 +240,7 @@ class Stack:
         ports = procs.free_ports(len(fleet.DEMO_BACKENDS))
         for backend, port in zip(fleet.DEMO_BACKENDS, ports):
             child = self._spawn(backend["name"], [
-                sys.executable, "-m", "control_plane.demo.backends",
+                sys.executable, "-m", fleet.backend_module(backend),
                 *fleet.backend_args(backend, port)], env, logs)
             started.append((backend["name"], port, child))
         urls = {}

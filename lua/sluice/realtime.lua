@@ -217,7 +217,7 @@ function _M.admit(ctx)
     end
     local model_name = ngx_var.arg_model
     if not model_name or model_name == "" then
-        return 400, "invalid_request_error", "the query parameter model is required",
+        return 400, "invalid_request", "the query parameter model is required",
                { param = "model" }
     end
     model_name = ngx.unescape_uri(model_name)
@@ -231,7 +231,7 @@ function _M.admit(ctx)
     end
     local pool = model.pools[PROTOCOL]
     if not pool then
-        return 400, "invalid_request_error", "model " .. model_name
+        return 400, "invalid_request", "model " .. model_name
                .. " has no realtime backend", { param = "model" }
     end
     ctx.model = model

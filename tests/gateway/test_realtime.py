@@ -181,8 +181,8 @@ def upgrade_headers(**more) -> dict:
     ("/v1/realtime?model=rt-demo", {"Authorization": "Bearer sk-nobody-0123456789abcdef"},
      403, "forbidden", None),
     ("/v1/realtime?model=chat-demo", {"Authorization": "Bearer {key}"}, 400,
-     "invalid_request_error", "model"),
-    ("/v1/realtime", {"Authorization": "Bearer {key}"}, 400, "invalid_request_error", "model"),
+     "invalid_request", "model"),
+    ("/v1/realtime", {"Authorization": "Bearer {key}"}, 400, "invalid_request", "model"),
     ("/v1/realtime?model=nope", {"Authorization": "Bearer {key}"}, 404, "not_found", None),
 ])
 def test_refused_before_the_upgrade_in_the_error_template(served, helpers, path, headers,

@@ -1,0 +1,44 @@
+"""Realtime sessions: the backend protocol openai_realtime (OpenAI's Realtime API over
+a WebSocket, GET /v1/realtime), and two plan caps on realtime sessions:
+plans.realtime_sessions (open at once per consumer, per gateway) and
+plans.realtime_session_s (the longest a session may last); NULL: no cap.
+
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-12-03
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+OLD_PROTOCOLS = "protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor')"
+NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
+                 "'openai_realtime')")
+
+
+def upgrade() -> None:
+    op.drop_constraint("ck_backends_protocol_known", "backends", type_="check")
+    op.create_check_constraint("ck_backends_protocol_known", "backends", NEW_PROTOCOLS)
+    op.add_column("plans", sa.Column("realtime_sessions", sa.Integer(), nullable=True))
+    op.add_column("plans", sa.Column("realtime_session_s", sa.Integer(), nullable=True))
+    op.create_check_constraint("ck_plans_realtime_sessions_positive", "plans",
+                               "realtime_sessions > 0")
+    op.create_check_constraint("ck_plans_realtime_session_s_positive", "plans",
+                               "realtime_session_s > 0")
+
+
+def downgrade() -> None:
+    op.drop_constraint("ck_plans_realtime_session_s_positive", "plans", type_="check")
+    op.drop_constraint("ck_plans_realtime_sessions_positive", "plans", type_="check")
+    op.drop_column("plans", "realtime_session_s")
+    op.drop_column("plans", "realtime_sessions")
+    # Backends of the new protocol cannot exist in the old schema.
+    op.execute("DELETE FROM backends WHERE protocol = 'openai_realtime'")
+    op.drop_constraint("ck_backends_protocol_known", "backends", type_="check")
+    op.create_check_constraint("ck_backends_protocol_known", "backends", OLD_PROTOCOLS)
