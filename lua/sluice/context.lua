@@ -95,6 +95,10 @@
 --  upstream_tls          upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
 --                                        then, or to clear it)
 --  job_id                jobs            the job a worker's request runs (never made async again)
+--  realtime              realtime        a `/v1/realtime` session (a table): its caps, its backend and that
+--                                        WebSocket, bytes and events each way, how it closed (written by
+--                                        `realtime_pump` once open); for these requests `realtime` writes
+--                                        `consumer`, `attributes`, `model_name` and `model` in `steps`' stead
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a
 -- backend; a restored context starts a new pass without them (restore() clears them).
