@@ -8,7 +8,8 @@ package.path = "lua/?.lua;tests/lua/?.lua;" .. package.path
 package.cpath = "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" .. package.cpath
 
 local FILES = { "test_gcra", "test_swrr", "test_der", "test_scan", "test_same", "test_strict",
-                "test_accesslog", "test_body", "test_nginx_time", "test_bytes" }
+                "test_accesslog", "test_body", "test_nginx_time", "test_bytes",
+                "test_realtime_plans" }
 
 local passed, failed = 0, 0
 for _, file in ipairs(FILES) do
