@@ -292,3 +292,9 @@ def test_backend_dying_mid_session_closes_1011_and_counts(gateway, helpers, back
     r = requests.get(ws_url(gateway).replace("ws://", "http://"),
                      headers=upgrade_headers(Authorization=f"Bearer {helpers.KEY}"), timeout=5)
     helpers.assert_error(r, 503, "backend_unavailable")
+
+
+def test_http_endpoints_never_reach_a_realtime_backend(served, helpers):
+    r = helpers.chat(served, model="rt-demo")
+    err = helpers.assert_error(r, 400, "invalid_request")
+    assert err["param"] == "model" and "/v1/realtime" in err["message"]
