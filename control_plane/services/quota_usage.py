@@ -23,7 +23,7 @@ QUOTAS = {  # plan field -> (period, what is counted)
     "monthly_requests": ("this_month", "requests"),
     "monthly_tokens": ("this_month", "total_tokens"),
 }
-COUNTS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens")
+COUNTS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "session_seconds")
 MAX_ROWS = 10000
 
 

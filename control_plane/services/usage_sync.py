@@ -28,7 +28,8 @@ from control_plane.tables.records import UsageCursor, UsageDaily
 
 log = logging.getLogger("sluice.usage")
 
-FIELDS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens")
+FIELDS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens", "session_seconds")
+N = len(FIELDS)   # a gateway of an older version reports fewer: the rest are 0
 KEEP_DAYS = 7   # cursor entries older than this are dropped (the gateway drops them sooner)
 
 Key = tuple[date, int, str]
@@ -57,7 +58,7 @@ def parse_report(body: Any) -> tuple[str, float, dict[str, list[int]]]:
         for key, vals in counters.items():
             if parse_key(key) is None or parse_key(key)[2] is None:
                 continue
-            clean[key] = [max(int(v), 0) for v in vals][:4] + [0] * (4 - len(vals))
+            clean[key] = [max(int(v), 0) for v in vals][:N] + [0] * (N - len(vals))
         return boot, started, clean
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportError(f"not a usage report: {exc}") from None
@@ -83,7 +84,8 @@ def ingest(session: Session, gateway_id: int, boot: str, started_at: float,
         merged = dict(last)
         rows = []
         for key, vals in counters.items():
-            prev = last.get(key) or [0, 0, 0, 0]
+            prev = list(last.get(key) or ())
+            prev += [0] * (N - len(prev))   # a cursor stored before a field was added
             # max: a slower reader's older figures never take back what was added
             delta = [max(v - p, 0) for v, p in zip(vals, prev)]
             merged[key] = [max(v, p) for v, p in zip(vals, prev)]

@@ -175,6 +175,8 @@ class UsageDaily(Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     total_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # realtime sessions' length (each rounded up to a whole second)
+    session_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class UsageCursor(Base):
@@ -186,7 +188,8 @@ class UsageCursor(Base):
         ForeignKey("gateways.id", ondelete="CASCADE"), primary_key=True)
     boot: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[float] = mapped_column(Float)
-    # "<YYYYMMDD>|<consumer id>|<model>" -> [requests, prompt, completion, total]
+    # "<YYYYMMDD>|<consumer id>|<model>" -> [requests, prompt, completion, total,
+    # session seconds]
     counters: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now())

@@ -247,6 +247,7 @@ function _M.log(ctx)
     local b = s.backend
     local backend = b.name or b.id_s
     if s.open then
+        usage.seconds(ctx, duration)
         metrics.inc("sluice_realtime_sessions", -1, model)
         metrics.observe("sluice_realtime_session_duration_seconds", duration, model,
                         s.closed_by or "client")

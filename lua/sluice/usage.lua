@@ -2,7 +2,8 @@
 -- (usage_daily), and the fleet's usage pushed back so that quotas survive restarts.
 --
 -- Counting (shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>" with
--- f = r (requests), p / c / t (prompt / completion / total tokens). A request adds
+-- f = r (requests), p / c / t (prompt / completion / total tokens), s (realtime session
+-- seconds, sluice.realtime_pump: each session's length rounded up). A request adds
 -- one to r in access when the plan admitted it (what the quota counters count too),
 -- and its tokens in log when the answer reported `usage` (consumers on a plan), to a
 -- per-worker buffer (plain Lua numbers); the metrics flush (sluice.metrics: every
@@ -33,6 +34,7 @@ local type = type
 local tonumber = tonumber
 local tostring = tostring
 local str_sub = string.sub
+local ceil = math.ceil
 local str_format = string.format
 local str_byte = string.byte
 local io_open = io.open
@@ -41,7 +43,8 @@ local dict = ngx.shared.sluice_usage
 local limits_dict = ngx.shared.sluice_limits
 
 local KEEP = 3 * 86400     -- a day's counters outlive the day by this (controller away)
-local FIELDS = { "r", "p", "c", "t" }
+local FIELDS = { "r", "p", "c", "t", "s" }
+local N_FIELDS = #FIELDS
 
 local _M = {}
 
@@ -72,7 +75,8 @@ local function keys_for(cid, model)
     if not k then
         local base = day .. "|" .. cid .. "|" .. model .. "|"
         k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t",
-              expires = expires, nr = 0, np = 0, nc = 0, nt = 0, dirty = false }
+              s = base .. "s", expires = expires, nr = 0, np = 0, nc = 0, nt = 0, ns = 0,
+              dirty = false }
         per[model] = k
     end
     return k
@@ -111,8 +115,9 @@ local function flush()
             put(k.p, k.np, ttl)
             put(k.c, k.nc, ttl)
             put(k.t, k.nt, ttl)
+            put(k.s, k.ns, ttl)
         end
-        k.nr, k.np, k.nc, k.nt, k.dirty = 0, 0, 0, 0, false
+        k.nr, k.np, k.nc, k.nt, k.ns, k.dirty = 0, 0, 0, 0, 0, false
     end
     clear_tab(dirty)
     n_dirty = 0
@@ -193,8 +198,18 @@ function _M.log(ctx)
     count(k, "nt", total)
 end
 
+-- Log phase of a realtime session (sluice.realtime_pump): its length, in whole seconds
+-- (rounded up), into the session-seconds counter of its consumer and model.
+function _M.seconds(ctx, seconds)
+    local u = ctx.usage
+    local k = u and u.keys
+    if k and seconds > 0 then
+        count(k, "ns", ceil(seconds))
+    end
+end
+
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
--- [requests, prompt, completion, total]}, "offsets": {"<quota counter>": n} (what
+-- [requests, prompt, completion, total, session seconds]}, "offsets": {"<quota counter>": n} (what
 -- the last push added), "seed_version", "seed_snapshot", "snapshot_version"} (the
 -- controller pushes again when the last push was applied under another snapshot:
 -- plans may have changed).
@@ -210,11 +225,11 @@ function _M.report(snap)
                 local row_key = str_sub(key, 1, last - 2)
                 local row = counters[row_key]
                 if not row then
-                    row = { 0, 0, 0, 0 }
+                    row = { 0, 0, 0, 0, 0 }
                     counters[row_key] = row
                 end
                 local f = str_sub(key, last)
-                for i = 1, 4 do
+                for i = 1, N_FIELDS do
                     if FIELDS[i] == f then row[i] = v end
                 end
             end

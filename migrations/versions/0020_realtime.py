@@ -1,7 +1,8 @@
 """Realtime sessions: the backend protocol openai_realtime (OpenAI's Realtime API over
 a WebSocket, GET /v1/realtime), and two plan caps on realtime sessions:
 plans.realtime_sessions (open at once per consumer, per gateway) and
-plans.realtime_session_s (the longest a session may last); NULL: no cap.
+plans.realtime_session_s (the longest a session may last); NULL: no cap; and
+usage_daily.session_seconds (realtime sessions' length, each rounded up to a second).
 
 Revision ID: 0020
 Revises: 0019
@@ -31,9 +32,12 @@ def upgrade() -> None:
                                "realtime_sessions > 0")
     op.create_check_constraint("ck_plans_realtime_session_s_positive", "plans",
                                "realtime_session_s > 0")
+    op.add_column("usage_daily", sa.Column("session_seconds", sa.BigInteger(),
+                                           nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
+    op.drop_column("usage_daily", "session_seconds")
     op.drop_constraint("ck_plans_realtime_session_s_positive", "plans", type_="check")
     op.drop_constraint("ck_plans_realtime_sessions_positive", "plans", type_="check")
     op.drop_column("plans", "realtime_session_s")

@@ -10,6 +10,7 @@ import binascii
 import json
 import secrets
 import signal
+import time
 import sys
 
 import pytest
@@ -298,3 +299,25 @@ def test_http_endpoints_never_reach_a_realtime_backend(served, helpers):
     r = helpers.chat(served, model="rt-demo")
     err = helpers.assert_error(r, 400, "invalid_request")
     assert err["param"] == "model" and "/v1/realtime" in err["message"]
+
+
+def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
+    key = f"{time.strftime('%Y%m%d', time.gmtime())}|3|rt-demo"   # consumer 3: PLAN_KEY's
+    before = served.usage()["counters"].get(key, [0] * 5)
+    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {PLAN_KEY}"}) as ws:
+        ws.recv()
+        ws.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
+        ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "hello there"}]}}))
+        ws.send(json.dumps({"type": "response.create"}))
+        while json.loads(ws.recv())["type"] != "response.done":
+            pass
+        time.sleep(1.2)   # a session of more than a second: counted as 2
+
+    def grown():
+        now = served.usage()["counters"].get(key, [0] * 5)
+        return [a - b for a, b in zip(now, before)] if now[0] > before[0] else None
+    delta = eventually(grown, timeout=5)
+    # one session; "hello there" in, "echo: hello there" out; 2 seconds
+    assert delta == [1, 2, 3, 5, 2]
