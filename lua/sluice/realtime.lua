@@ -94,12 +94,15 @@ local function chosen_protocol(rest)
     return (str_gmatch(rest, "[^,%s]+")())
 end
 
+-- A WebSocket opening handshake (RFC 6455) over HTTP/1.1, as the upgrade will need it
+-- (checked before a backend is chosen, so that a bad one costs no backend).
 local function is_upgrade(h)
     local up, conn = h.upgrade, h.connection
     if type(up) == "table" then up = up[1] end
     if type(conn) == "table" then conn = concat(conn, ",") end
-    return up ~= nil and str_lower(up) == "websocket" and conn ~= nil
-           and str_find(str_lower(conn), "upgrade", 1, true) ~= nil
+    return ngx_req.http_version() == 1.1 and up ~= nil and str_lower(up) == "websocket"
+           and conn ~= nil and str_find(str_lower(conn), "upgrade", 1, true) ~= nil
+           and type(h["sec-websocket-key"]) == "string" and h["sec-websocket-version"] == "13"
 end
 
 -- The WebSocket handshake on `sock` (connected to backend `b`): true, or nil, the
@@ -212,8 +215,8 @@ function _M.admit(ctx)
     end
     ctx.consumer, ctx.attributes = consumer, attributes
     if not is_upgrade(h) then
-        return 400, "invalid_request", "/v1/realtime is a WebSocket endpoint: send "
-               .. "Upgrade: websocket"
+        return 400, "invalid_request", "/v1/realtime is a WebSocket endpoint: an HTTP/1.1 "
+               .. "upgrade (Upgrade: websocket, Sec-WebSocket-Key, Sec-WebSocket-Version: 13)"
     end
     local model_name = ngx_var.arg_model
     if not model_name or model_name == "" then

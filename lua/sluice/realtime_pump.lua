@@ -233,12 +233,12 @@ end
 function _M.log(ctx)
     policy.release(ctx)
     local s = ctx.realtime
+    if s and s.slot then   -- refused after the cap let it in, or the session's end
+        limits.leave(s.slot)
+    end
     if not s or not s.backend then
         local _, times, bytes_sent = fields(ngx_var.sl_logf)
         return observe.log(ctx, times, bytes_sent)
-    end
-    if s.slot then
-        limits.leave(s.slot)
     end
     usage.log(ctx)
     local model = ctx.model_name

@@ -321,3 +321,22 @@ def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
     delta = eventually(grown, timeout=5)
     # one session; "hello there" in, "echo: hello there" out; 2 seconds
     assert delta == [1, 2, 3, 5, 2]
+
+
+def test_a_plain_get_is_not_an_upgrade(served, helpers):
+    r = requests.get(ws_url(served).replace("ws://", "http://"), timeout=5,
+                     headers={"Authorization": f"Bearer {helpers.KEY}"})
+    err = helpers.assert_error(r, 400, "invalid_request")
+    assert "Upgrade: websocket" in err["message"]
+
+
+def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, helpers, backends,
+                                                                     dead_port):
+    r = gateway.push(snapshot(helpers, backends, {"rt-dead": dead_port}, first_id=120,
+                              plan={"rate_per_second": 100, "realtime_sessions": 1}))
+    assert r.status_code == 200, r.text
+    for _ in range(2):   # the plan allows one session: a slot kept would make this a 429
+        r = requests.get(ws_url(gateway).replace("ws://", "http://"), timeout=10,
+                         headers=upgrade_headers(Authorization=f"Bearer {PLAN_KEY}"))
+        err = helpers.assert_error(r, 502, "backend_error")
+        assert "accepted the session" in err["message"]
