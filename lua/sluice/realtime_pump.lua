@@ -16,6 +16,7 @@
 --                                 backend's breaker and stats
 --   idle / too long               both get 1000 "idle timeout" / 1008 "session length
 --                                 limit"; closed_by gateway
+--   the worker exits (reload)     both get 1001 "gateway restarting"; closed_by gateway
 -- Then the log phase (log()): one access-log line for the session, metrics, usage.
 local server = require("nginx.websocket.server")
 local cjson = require("cjson.safe")
@@ -41,6 +42,7 @@ local WARN = ngx.WARN
 local spawn = ngx.thread.spawn
 local wait = ngx.thread.wait
 local kill = ngx.thread.kill
+local worker_exiting = ngx.worker.exiting
 local req_start_time = ngx.req.start_time
 local str_find = string.find
 local str_sub = string.sub
@@ -52,6 +54,9 @@ local OPCODE = { text = 0x1, binary = 0x2, continuation = 0x0, ping = 0x9, pong 
 local WATCH_STEP = 0.25   -- seconds between the watch's looks at the clock
 local NO_STATUS = 1005    -- a close frame without a code (RFC 6455)
 local ABNORMAL = 1006     -- the socket dropped without a close frame
+-- why the gateway closes a session -> the close code and reason it sends both sides
+local GATEWAY_CLOSE = { idle = { 1000, "idle timeout" }, limit = { 1008, "session length limit" },
+                        exiting = { 1001, "gateway restarting" } }
 local DRAIN_S = 2         -- how long a closed caller is given to answer our close frame
 local DURATION_BUCKETS = { 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600 }
 
@@ -123,6 +128,9 @@ end
 local function watch(s)
     while true do
         ngx_sleep(WATCH_STEP)
+        if worker_exiting() then   -- a reload or a stop: new sessions go to new workers
+            return "gateway", "exiting"
+        end
         local now = ngx_now()
         if s.limit_at and now >= s.limit_at then
             return "gateway", "limit"
@@ -170,8 +178,7 @@ local function close(s, caller, backend, up, down, by, how, code, reason)
     else                            -- down is done or stopped: the caller socket is ours
         kill(down)
         if by == "gateway" then
-            code = how == "limit" and 1008 or 1000
-            reason = how == "limit" and "session length limit" or "idle timeout"
+            code, reason = GATEWAY_CLOSE[how][1], GATEWAY_CLOSE[how][2]
             caller:send_close(code, reason)
             backend:send_close(code, reason)
         elseif how == "close" then  -- the backend's close frame, passed on

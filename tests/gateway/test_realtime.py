@@ -340,3 +340,14 @@ def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, he
                          headers=upgrade_headers(Authorization=f"Bearer {PLAN_KEY}"))
         err = helpers.assert_error(r, 502, "backend_error")
         assert "accepted the session" in err["message"]
+
+
+def test_a_reload_closes_open_sessions_1001(served, helpers):
+    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {helpers.KEY}"}) as ws:
+        ws.recv()
+        served.reload()   # old workers go; their sessions must not hold them
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 1001
+    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {helpers.KEY}"}) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"   # the new workers serve
