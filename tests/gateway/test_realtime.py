@@ -343,11 +343,12 @@ def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, he
 
 
 def test_a_reload_closes_open_sessions_1001(served, helpers):
-    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {helpers.KEY}"}) as ws:
+    auth = {"Authorization": f"Bearer {helpers.KEY}"}
+    with connect(ws_url(served), additional_headers=auth) as ws:
         ws.recv()
         served.reload()   # old workers go; their sessions must not hold them
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd.code == 1001
-    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {helpers.KEY}"}) as ws:
+    with connect(ws_url(served), additional_headers=auth) as ws:
         assert json.loads(ws.recv())["type"] == "session.created"   # the new workers serve
