@@ -180,7 +180,9 @@ function _M.realtime()
     headers.read(ctx)
     trace.start(ctx)
     local status, err_type, msg, extra, protocol = realtime.admit(ctx)
-    if status then
+    if status == 499 then   -- the caller went away while it waited for a slot
+        return ngx_exit(499)
+    elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
     return realtime_pump.serve(ctx, protocol)

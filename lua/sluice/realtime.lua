@@ -7,7 +7,8 @@
 -- in the error template: 401 without a key, 403 for a bad one, 400 for no `model` or
 -- a model with no realtime backend, 429 past the plan's caps (realtime_plans.lua and
 -- the plan's usual rate limit, quotas and max_concurrent), 503 with no backend
--- available, 502 when no backend accepted the WebSocket handshake. The key comes in
+-- available or the pool saturated (backends' max_in_flight counts open sessions),
+-- 502 when no backend accepted the WebSocket handshake. The key comes in
 -- `Authorization: Bearer <key>` (or X-API-Key), or, as browsers must send it, as the
 -- subprotocol `openai-insecure-api-key.<key>` of Sec-WebSocket-Protocol; that entry is
 -- removed before anything is echoed to the caller or sent to the backend, and the
@@ -27,6 +28,7 @@ local policy = require("sluice.policy")
 local limits = require("sluice.limits")
 local usage = require("sluice.usage")
 local health = require("sluice.health")
+local admission = require("sluice.admission")
 local client = require("nginx.websocket.client")
 
 local ngx = ngx
@@ -263,6 +265,12 @@ function _M.admit(ctx)
         return status, err_type, msg2, extra
     end
     usage.count(ctx, ENDPOINT, consumer, model_name)
+    -- a session counts against its backend's max_in_flight for as long as it lasts;
+    -- a saturated pool queues or refuses it as any request (sluice.admission)
+    status, err_type, msg2, extra = admission.admit(ctx, snap, consumer, model_name, pool)
+    if status then
+        return status, err_type, msg2, extra
+    end
     return _M.connect(ctx, snap, pool, model, model_name, rest)
 end
 
@@ -290,6 +298,7 @@ function _M.connect(ctx, snap, pool, model, model_name, protocols)
             return 503, "backend_unavailable", "no realtime backend of model "
                    .. model_name .. " is available"
         end
+        admission.attempt(ctx)   -- the in-flight count moves to this backend
         local t0 = ngx_now()
         local wb, status, err = open_backend(b, model, protocols, ctx.request_id or "")
         if wb then

@@ -28,6 +28,7 @@ local breaker = require("sluice.breaker")
 local stats = require("sluice.stats")
 local limits = require("sluice.limits")
 local policy = require("sluice.policy")
+local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local tokens = require("sluice.tokens")
 local realtime = require("sluice.realtime")
@@ -239,6 +240,7 @@ end
 -- one line with its own fields.
 function _M.log(ctx)
     policy.release(ctx)
+    admission.release(ctx)
     local s = ctx.realtime
     if s and s.slot then   -- refused after the cap let it in, or the session's end
         limits.leave(s.slot)

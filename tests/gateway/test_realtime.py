@@ -352,3 +352,23 @@ def test_a_reload_closes_open_sessions_1001(served, helpers):
     assert closed.value.rcvd.code == 1001
     with connect(ws_url(served), additional_headers=auth) as ws:
         assert json.loads(ws.recv())["type"] == "session.created"   # the new workers serve
+
+
+def test_open_sessions_count_against_the_backends_max_in_flight(gateway, helpers, backends,
+                                                                 realtime_backends):
+    snap = snapshot(helpers, backends, {"rt-a": realtime_backends["rt-a"]}, first_id=130)
+    snap["models"]["rt-demo"]["backends"][0]["max_in_flight"] = 1
+    r = gateway.push(snap)
+    assert r.status_code == 200, r.text
+    auth = {"Authorization": f"Bearer {helpers.KEY}"}
+    with connect(ws_url(gateway), additional_headers=auth) as ws:
+        ws.recv()
+        with pytest.raises(InvalidStatus) as refused:   # no plan: no wait for a slot
+            connect(ws_url(gateway), additional_headers=auth)
+        assert refused.value.response.status_code == 503
+        assert b"saturated" in refused.value.response.body
+
+    def next_opens():
+        with connect(ws_url(gateway), additional_headers=auth) as again:
+            return json.loads(again.recv())["type"] == "session.created"
+    assert eventually(next_opens, timeout=5)   # the closed session gave its count back
