@@ -10,8 +10,9 @@ import binascii
 import json
 import secrets
 import signal
-import time
+import ssl
 import sys
+import time
 
 import pytest
 import requests
@@ -20,6 +21,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from control_plane.runtime import procs
+from control_plane.runtime.certs import CertAuthority
+from control_plane.runtime.nginx_conf import GatewayConfig
 from gateway_readings import access_lines, scrape, value
 from waiting import eventually
 
@@ -372,3 +375,22 @@ def test_open_sessions_count_against_the_backends_max_in_flight(gateway, helpers
         with connect(ws_url(gateway), additional_headers=auth) as again:
             return json.loads(again.recv())["type"] == "session.created"
     assert eventually(next_opens, timeout=5)   # the closed session gave its count back
+
+
+def test_a_session_over_the_https_listener(gateway_factory, prefix, helpers, backends,
+                                           realtime_backends):
+    ca = CertAuthority.create(prefix / "pki")
+    cert, key = ca.issue(prefix / "pki", "server", ["127.0.0.1", "localhost"])
+    port, internal_port, tls_port = procs.free_ports(3)
+    gw = gateway_factory(GatewayConfig(prefix=prefix / "gw", port=port,
+                                       internal_port=internal_port, tls_port=tls_port,
+                                       tls_cert=cert, tls_key=key,
+                                       token=secrets.token_urlsafe(24)))
+    assert gw.push(snapshot(helpers, backends, realtime_backends)).status_code == 200
+    trust = ssl.create_default_context(cafile=str(ca.cert))
+    url = gw.tls_url.replace("https://", "wss://") + "/v1/realtime?model=rt-demo"
+    with connect(url, ssl=trust, subprotocols=["realtime", "openai-insecure-api-key."
+                                               + helpers.KEY]) as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert json.loads(ws.recv())["type"] == "input_audio_buffer.cleared"
