@@ -98,7 +98,8 @@
 --  realtime              realtime        a `/v1/realtime` session (a table): its caps, its backend and that
 --                                        WebSocket, bytes and events each way, how it closed (written by
 --                                        `realtime_pump` once open); for these requests `realtime` writes
---                                        `consumer`, `attributes`, `model_name` and `model` in `steps`' stead
+--                                        `consumer`, `attributes`, `model_name`, `model`, `request_doc` and
+--                                        `request_len` in `steps`' and `target`'s stead
 --
 -- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a
 -- backend; a restored context starts a new pass without them (restore() clears them).

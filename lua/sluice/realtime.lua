@@ -59,6 +59,7 @@ local ENDPOINT = { name = "realtime", kind = "realtime" }   -- for sluice.usage
 local CONNECT_TIMEOUT = 5                -- seconds; the model's timeout_ms caps it
 local MAX_PAYLOAD = 16 * 1024 * 1024     -- one frame, either way (base64 audio chunks)
 local WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+local NO_BODY = {}   -- what a session "asks": tokens.DEFAULT_MAX_TOKENS are reserved
 
 local _M = { PROTOCOL = PROTOCOL, MAX_PAYLOAD = MAX_PAYLOAD }
 
@@ -186,7 +187,8 @@ end
 -- Admission, before the upgrade. Returns status, type, message[, extra] to refuse;
 -- else nil and what the session needs: the subprotocol to answer with (or nil) and
 -- the protocols to offer the backend. Writes ctx.consumer, ctx.attributes,
--- ctx.model_name, ctx.model, ctx.realtime (the session's record) and, through
+-- ctx.model_name, ctx.model, ctx.request_doc and ctx.request_len (no body), ctx.realtime
+-- (the session's record) and, through
 -- policy.check, usage.count and balancer.choose, their groups.
 function _M.admit(ctx)
     if ngx_req.get_method() ~= "GET" then
@@ -260,7 +262,11 @@ function _M.admit(ctx)
         end
     end
     local status, msg2, extra
-    status, err_type, msg2, extra = policy.check(ctx, snap, consumer, model_name, false)
+    -- a session reserves tokens as a request with no body and no max_tokens does
+    -- (monthly_tokens: refused when they do not fit), and is charged at its end what
+    -- its response.done events reported (sluice.tokens settles it)
+    ctx.request_doc, ctx.request_len = NO_BODY, 0
+    status, err_type, msg2, extra = policy.check(ctx, snap, consumer, model_name, true)
     if status then
         return status, err_type, msg2, extra
     end

@@ -239,9 +239,12 @@ end
 -- session gives its slot back, its outcome to the backend's breaker and stats, and
 -- one line with its own fields.
 function _M.log(ctx)
-    policy.release(ctx)
-    admission.release(ctx)
     local s = ctx.realtime
+    if s and s.open and not (ctx.usage and ctx.usage.total) then
+        tokens.add(ctx, 0, 0, 0)   -- no response.done: no tokens, not the reservation
+    end
+    policy.release(ctx)   -- the token reservation settles at what the events reported
+    admission.release(ctx)
     if s and s.slot then   -- refused after the cap let it in, or the session's end
         limits.leave(s.slot)
     end

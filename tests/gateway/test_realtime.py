@@ -1,8 +1,8 @@
 """GET /v1/realtime through a real gateway to the demo realtime backend
 (control_plane/demo/realtime.py, a real WebSocket server): the official openai
 client's realtime connection, the browser's subprotocol key, refusals before the
-upgrade, the plan's caps, idle and overlong sessions, and a backend that dies
-mid-session."""
+upgrade, HTTPS, a reload, metrics, and a backend that dies mid-session. The plan's
+caps, limits and usage: test_realtime_limits.py."""
 from __future__ import annotations
 
 import base64
@@ -11,89 +11,29 @@ import json
 import secrets
 import signal
 import ssl
-import sys
-import time
 
 import pytest
 import requests
 from openai import OpenAI
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from control_plane.runtime import procs
 from control_plane.runtime.certs import CertAuthority
 from control_plane.runtime.nginx_conf import GatewayConfig
-from gateway_readings import access_lines, scrape, value
+from gateway_readings import scrape, value
+from realtime_session import (line_of, realtime_backends, snapshot,  # noqa: F401
+                              start_realtime, upgrade_headers, ws_url)
 from waiting import eventually
 
-PLAN_KEY = "sk-test-realtime-plan-0123456789"
 AUDIO = bytes(range(256)) * 40     # 10,240 bytes of "speech"
-
-
-def start_realtime(name: str, log_dir) -> tuple[int, object]:
-    port = procs.free_port()
-    proc = procs.spawn([sys.executable, "-m", "control_plane.demo.realtime", "--port",
-                        str(port), "--name", name], log=log_dir / f"{name}.log")
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
-    except Exception:
-        procs.stop(proc)
-        raise
-    return port, proc
-
-
-def entry(id_: int, name: str, port: int, weight: int = 100) -> dict:
-    return {"id": id_, "name": name, "protocol": "openai_realtime", "scheme": "http",
-            "host": "127.0.0.1", "port": port, "host_header": f"localhost:{port}",
-            "base_path": "", "weight": weight}
-
-
-@pytest.fixture(scope="module")
-def realtime_backends(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("realtime")
-    started = []
-    try:
-        for name in ("rt-a", "rt-b"):
-            started.append((name, *start_realtime(name, log_dir)))
-        yield {name: port for name, port, _ in started}
-    finally:
-        for _, _, proc in started:
-            procs.stop(proc)
-
-
-def snapshot(helpers, backends, ports: dict, plan: dict | None = None,
-             timeout_ms: int = 5000, version: int = 1, first_id: int = 10, **extra) -> dict:
-    rt = [entry(first_id + i, name, port) for i, (name, port) in enumerate(sorted(ports.items()))]
-    snap = helpers.make_snapshot(version, {
-        "rt-demo": (timeout_ms, rt),
-        "chat-demo": (5000, [backends["openai-a"].entry(1)])})
-    if plan is not None:
-        helpers.add_planned(snap, PLAN_KEY, plan, name="caller", plan_name="rt-plan")
-    snap.update(extra)
-    return snap
 
 
 @pytest.fixture
 def served(gateway, helpers, backends, realtime_backends):
-    r = gateway.push(snapshot(helpers, backends, realtime_backends,
-                              plan={"rate_per_second": 100, "realtime_sessions": 1,
-                                    "realtime_session_s": 2}))
+    r = gateway.push(snapshot(helpers, backends, realtime_backends))
     assert r.status_code == 200, r.text
     return gateway
-
-
-def ws_url(gw, model: str = "rt-demo") -> str:
-    return gw.url.replace("http://", "ws://") + f"/v1/realtime?model={model}"
-
-
-def line_of(gw, request_id: str) -> dict:
-    """The access-log line of request `request_id` (lines of a test before may still be
-    on their way: the log is buffered)."""
-    def found():
-        return [line for line in access_lines(gw, 1, timeout=1)
-                if line["request_id"] == request_id]
-    [line] = eventually(found, timeout=10)
-    return line
 
 
 def collect_until_done(conn) -> list:
@@ -173,11 +113,6 @@ def test_browser_key_in_subprotocol_is_taken_and_never_passed_on(served, helpers
         assert helpers.KEY not in log.read_text()
 
 
-def upgrade_headers(**more) -> dict:
-    return {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(b"0123456789abcdef").decode(), **more}
-
-
 @pytest.mark.parametrize("path, headers, status, err_type, param", [
     ("/v1/realtime?model=rt-demo", {}, 401, "unauthorized", None),
     ("/v1/realtime?model=rt-demo", {"Sec-WebSocket-Protocol": "realtime"}, 401,
@@ -206,48 +141,6 @@ def test_official_client_sees_the_refusal(served):
         with client.realtime.connect(model="rt-demo", max_retries=0) as conn:
             conn.recv()
     assert "403" in str(caught.value)
-
-
-def test_plan_caps_concurrent_sessions(served):
-    auth = {"Authorization": f"Bearer {PLAN_KEY}"}
-    with connect(ws_url(served), additional_headers=auth) as first:
-        assert json.loads(first.recv())["type"] == "session.created"
-        with pytest.raises(InvalidStatus) as refused:
-            connect(ws_url(served), additional_headers=auth)
-        assert refused.value.response.status_code == 429
-        assert json.loads(refused.value.response.body)["error"]["type"] == "rate_limited"
-
-    def third_opens():
-        with connect(ws_url(served), additional_headers=auth) as ws:
-            return json.loads(ws.recv())["type"] == "session.created"
-    assert eventually(third_opens, timeout=5)
-
-
-def test_plan_caps_session_length(served):
-    auth = {"Authorization": f"Bearer {PLAN_KEY}"}
-    with connect(ws_url(served), additional_headers=auth) as ws:
-        request_id = ws.response.headers["X-Request-Id"]
-        ws.recv()
-        with pytest.raises(ConnectionClosed) as closed:
-            while True:   # kept busy: only the length cap can end it
-                ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
-                ws.recv(timeout=5)
-    assert closed.value.rcvd.code == 1008
-    line = line_of(served, request_id)
-    assert line["closed_by"] == "gateway" and line["close_code"] == "1008"
-    assert 2000 <= int(line["realtime_duration_ms"]) < 4000
-
-
-def test_idle_session_is_closed_at_the_models_timeout(gateway, helpers, backends,
-                                                      realtime_backends):
-    r = gateway.push(snapshot(helpers, backends, realtime_backends, timeout_ms=1000))
-    assert r.status_code == 200, r.text
-    auth = {"Authorization": f"Bearer {helpers.KEY}"}
-    with connect(ws_url(gateway), additional_headers=auth) as ws:
-        ws.recv()
-        with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=10)
-    assert closed.value.rcvd.code == 1000 and closed.value.rcvd.reason == "idle timeout"
 
 
 def test_sessions_gauge_and_durations(served, helpers):
@@ -304,45 +197,11 @@ def test_http_endpoints_never_reach_a_realtime_backend(served, helpers):
     assert err["param"] == "model" and "/v1/realtime" in err["message"]
 
 
-def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
-    key = f"{time.strftime('%Y%m%d', time.gmtime())}|3|rt-demo"   # consumer 3: PLAN_KEY's
-    before = served.usage()["counters"].get(key, [0] * 5)
-    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {PLAN_KEY}"}) as ws:
-        ws.recv()
-        ws.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
-        ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": "hello there"}]}}))
-        ws.send(json.dumps({"type": "response.create"}))
-        while json.loads(ws.recv())["type"] != "response.done":
-            pass
-        time.sleep(1.2)   # a session of more than a second: counted as 2
-
-    def grown():
-        now = served.usage()["counters"].get(key, [0] * 5)
-        return [a - b for a, b in zip(now, before)] if now[0] > before[0] else None
-    delta = eventually(grown, timeout=5)
-    # one session; "hello there" in, "echo: hello there" out; 2 seconds
-    assert delta == [1, 2, 3, 5, 2]
-
-
 def test_a_plain_get_is_not_an_upgrade(served, helpers):
     r = requests.get(ws_url(served).replace("ws://", "http://"), timeout=5,
                      headers={"Authorization": f"Bearer {helpers.KEY}"})
     err = helpers.assert_error(r, 400, "invalid_request")
     assert "Upgrade: websocket" in err["message"]
-
-
-def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, helpers, backends,
-                                                                     dead_port):
-    r = gateway.push(snapshot(helpers, backends, {"rt-dead": dead_port}, first_id=120,
-                              plan={"rate_per_second": 100, "realtime_sessions": 1}))
-    assert r.status_code == 200, r.text
-    for _ in range(2):   # the plan allows one session: a slot kept would make this a 429
-        r = requests.get(ws_url(gateway).replace("ws://", "http://"), timeout=10,
-                         headers=upgrade_headers(Authorization=f"Bearer {PLAN_KEY}"))
-        err = helpers.assert_error(r, 502, "backend_error")
-        assert "accepted the session" in err["message"]
 
 
 def test_a_reload_closes_open_sessions_1001(served, helpers):
@@ -355,26 +214,6 @@ def test_a_reload_closes_open_sessions_1001(served, helpers):
     assert closed.value.rcvd.code == 1001
     with connect(ws_url(served), additional_headers=auth) as ws:
         assert json.loads(ws.recv())["type"] == "session.created"   # the new workers serve
-
-
-def test_open_sessions_count_against_the_backends_max_in_flight(gateway, helpers, backends,
-                                                                 realtime_backends):
-    snap = snapshot(helpers, backends, {"rt-a": realtime_backends["rt-a"]}, first_id=130)
-    snap["models"]["rt-demo"]["backends"][0]["max_in_flight"] = 1
-    r = gateway.push(snap)
-    assert r.status_code == 200, r.text
-    auth = {"Authorization": f"Bearer {helpers.KEY}"}
-    with connect(ws_url(gateway), additional_headers=auth) as ws:
-        ws.recv()
-        with pytest.raises(InvalidStatus) as refused:   # no plan: no wait for a slot
-            connect(ws_url(gateway), additional_headers=auth)
-        assert refused.value.response.status_code == 503
-        assert b"saturated" in refused.value.response.body
-
-    def next_opens():
-        with connect(ws_url(gateway), additional_headers=auth) as again:
-            return json.loads(again.recv())["type"] == "session.created"
-    assert eventually(next_opens, timeout=5)   # the closed session gave its count back
 
 
 def test_a_session_over_the_https_listener(gateway_factory, prefix, helpers, backends,
