@@ -16,6 +16,8 @@ voice agent sends and expects:
   ``response.output_audio_transcript.delta`` (audio, the default), then
   ``response.done`` with ``usage`` (input tokens: the words heard or read, plus one
   per 100 bytes of audio; output tokens: the answer's words)
+- ``demo.close`` (not OpenAI's; for tests): the backend closes the session with the
+  event's ``code`` and ``reason``
 - anything else: an ``error`` event (the session stays open, as OpenAI's does)
 
 The session object also shows ``demo_offered_protocols``: the subprotocols the caller
@@ -111,6 +113,8 @@ async def answer(ws: ServerConnection, s: Session, event: dict) -> None:
         await ws.send(s.event("conversation.item.created", item=s.item(s.heard)))
     elif kind == "response.create":
         await respond(ws, s)
+    elif kind == "demo.close":   # not OpenAI's: the backend ends the session (tests)
+        await ws.close(int(event.get("code") or 1000), str(event.get("reason") or ""))
     else:
         await ws.send(s.event("error", error={"type": "invalid_request_error",
                                               "message": f"unknown event type {kind!r}"}))

@@ -182,8 +182,9 @@ local function close(s, caller, backend, up, down, by, how, code, reason)
             code, reason = GATEWAY_CLOSE[how][1], GATEWAY_CLOSE[how][2]
             caller:send_close(code, reason)
             backend:send_close(code, reason)
-        elseif how == "close" then  -- the backend's close frame, passed on
+        elseif how == "close" then  -- the backend's close frame, passed on, and echoed
             caller:send_close(code, reason)
+            backend:send_close(code, reason)   -- (up forwards nothing once closing)
             s.failed = code == 1011
         else                        -- the backend's socket dropped, or writing to it failed
             ngx_log(WARN, "realtime backend lost mid-session: ", tostring(reason))

@@ -233,3 +233,23 @@ def test_a_session_over_the_https_listener(gateway_factory, prefix, helpers, bac
         assert json.loads(ws.recv())["type"] == "session.created"
         ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
         assert json.loads(ws.recv())["type"] == "input_audio_buffer.cleared"
+
+
+@pytest.mark.parametrize("code, counted_as_failure", [(1000, False), (1011, True)])
+def test_a_backends_close_frame_reaches_the_caller(served, helpers, code, counted_as_failure):
+    auth = {"Authorization": f"Bearer {helpers.KEY}"}
+    before = served.stats()["backends"]
+    with connect(ws_url(served), additional_headers=auth) as ws:
+        request_id = ws.response.headers["X-Request-Id"]
+        ws.recv()
+        ws.send(json.dumps({"type": "demo.close", "code": code, "reason": "bye"}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (code, "bye")
+    line = line_of(served, request_id)
+    assert line["closed_by"] == "backend" and line["close_code"] == str(code)
+    # the backend's own 1011 is a failure in its stats (and breaker), a 1000 a success
+    backend_id = {"rt-a": "10", "rt-b": "11"}[line["backend"]]
+    field = "failures" if counted_as_failure else "successes"
+    assert eventually(lambda: served.stats()["backends"][backend_id][field]
+                      == before[backend_id][field] + 1, timeout=5)
