@@ -1,11 +1,12 @@
--- A realtime session once admitted (sluice/realtime.lua): the caller's upgrade, then
--- frames both ways as they come, one light thread per direction, and a watch that
--- closes the session when it has been idle for the model's timeout_ms or has lasted
--- the plan's realtime_session_s. Each frame is forwarded as soon as it is whole (a
--- fragmented message fragment by fragment): nothing waits for a whole event stream.
--- Each thread is the only writer of the socket it forwards to (pings go through to the
--- other side like data, and the other side's pong comes back the same way); the
--- closing frames are sent by the request's own thread once the others are stopped.
+-- A realtime session once admitted (sluice/realtime.lua): the caller's upgrade
+-- (lua-resty-websocket), then frames both ways as they come (sluice/ws_frames.lua),
+-- one light thread per direction, and a watch that closes the session when it has
+-- been idle for the model's timeout_ms or has lasted the plan's realtime_session_s.
+-- Each frame is forwarded as soon as it is whole (a fragmented message fragment by
+-- fragment): nothing waits for a whole event stream. Each thread is the only writer of
+-- the socket it forwards to (pings go through to the other side like data, and the
+-- other side's pong comes back the same way); the closing frames are sent by the
+-- request's own thread once the others are stopped (or done).
 --
 -- How a session ends (ctx.realtime: closed_by, close_code):
 --   the caller's close frame      forwarded to the backend, echoed; closed_by client
@@ -33,6 +34,7 @@ local usage = require("sluice.usage")
 local tokens = require("sluice.tokens")
 local realtime = require("sluice.realtime")
 local fields = require("sluice.bytes").fields
+local ws_frames = require("sluice.ws_frames")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -50,6 +52,9 @@ local str_sub = string.sub
 local type = type
 local tostring = tostring
 local floor = math.floor
+local recv_frame = ws_frames.recv
+local send_frame = ws_frames.send
+local MAX_PAYLOAD = realtime.MAX_PAYLOAD
 
 local OPCODE = { text = 0x1, binary = 0x2, continuation = 0x0, ping = 0x9, pong = 0xa }
 local WATCH_STEP = 0.25   -- seconds between the watch's looks at the clock
@@ -90,8 +95,11 @@ end
 -- caller's frames are read and dropped until its close frame answers ours.
 local function pump(ctx, s, from, to, up)
     local own, other = up and "client" or "backend", up and "backend" or "client"
+    -- frames by sluice.ws_frames on the objects' sockets: a caller's frames come
+    -- masked, ours to the backend go masked (we are its client)
+    local from_sock, to_sock = from.sock, to.sock
     while true do
-        local data, typ, err = from:recv_frame()
+        local data, typ, err = recv_frame(from_sock, MAX_PAYLOAD, up)
         if not data then
             -- a read timeout between frames is not an end (the watch decides that);
             -- one inside a frame is: the stream is out of step
@@ -103,7 +111,7 @@ local function pump(ctx, s, from, to, up)
         elseif not s.closing then
             s.last = ngx_now()
             local fin = err ~= "again"
-            local bytes, serr = to:send_frame(fin, OPCODE[typ], data)
+            local bytes, serr = send_frame(to_sock, fin, OPCODE[typ], data, up)
             if not bytes then
                 return other, "lost", nil, serr
             end
