@@ -10,9 +10,9 @@ run: setup
 	.venv/bin/sluice up
 
 # pytest-xdist: 4 workers on 2 cores (most tests wait on nginx, backends and timers,
-# not the CPU); each module stays on one worker and the slowest folders go first
-# (tests/conftest.py). XDIST= runs the suite in one process.
-XDIST ?= -n 4 --dist loadgroup --no-loadscope-reorder
+# not the CPU); each module runs whole on one worker, the fleet's modules together, the
+# slowest folders first (tests/conftest.py). XDIST= runs the suite in one process.
+XDIST ?= -n 4 --dist loadfile --no-loadscope-reorder
 
 test: setup
 	.venv/bin/pytest -q $(XDIST) $(PYTEST_ARGS)

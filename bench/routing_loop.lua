@@ -50,7 +50,7 @@ if route_name then
     return
 end
 
-local ctx = {}
+local ctx = { target = {}, backend = {} }   -- the groups balancer.choose uses
 local picks = {}
 -- warm up (JIT, worker caches)
 for _ = 1, 1000 do

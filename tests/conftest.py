@@ -5,12 +5,12 @@ CREATEDB); otherwise a throwaway private cluster is started for the session, fro
 Debian's PostgreSQL binaries. Each test gets its own database, copied from a
 template migrated once to head, so no test sees another's rows.
 
-`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`): each
-worker has its own session fixtures (PostgreSQL cluster, RabbitMQ node, demo
-backends), every test module stays on one worker (its module-scoped gateway or stack
-is built once), the fleet's modules share one worker (two fleets at once would only
-compete for the two cores), and the slowest folders are handed out first so that no
-long module starts last.
+`make test` runs the suite on several pytest-xdist workers (`--dist loadfile`, with
+the scheduler below): each worker has its own session fixtures (PostgreSQL cluster,
+RabbitMQ node, demo backends), every test module runs whole on one worker (its
+module-scoped gateway or stack is built once), the fleet's modules share one worker
+(two fleets at once would only compete for the two cores), and the slowest folders
+are handed out first so that no long module starts last.
 """
 from __future__ import annotations
 
@@ -30,23 +30,49 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Folders in the order their modules are handed to xdist workers: the slowest first.
 _FOLDER_ORDER = ("fleet", "e2e", "integration", "gateway", "api", "deploy", "unit")
+# Modules handed out before all folders: a module runs whole on one worker, so one
+# that takes minutes (the admin API's fuzzing alone, the route split's 2,000
+# consumers) must not start near the end, where it would run alone.
+_FIRST = ("tests/api/test_openapi.py", "tests/gateway/test_route_split.py")
 
 
-def _group(item: pytest.Item) -> tuple[str, str]:
-    """(folder, xdist group) of a test: its module, or the whole folder for tests/fleet."""
-    rel = Path(str(item.path)).relative_to(REPO / "tests")
-    folder = rel.parts[0] if len(rel.parts) > 1 else ""
-    return folder, ("fleet" if folder == "fleet" else rel.as_posix())
+def _unit_of_work(path: str) -> tuple[str, str]:
+    """(folder, unit of work) of a test file under tests/, as a path relative to the
+    repository: the unit is the file itself, or the whole folder for tests/fleet."""
+    parts = Path(path).relative_to("tests").parts if path.startswith("tests/") else ()
+    folder = parts[0] if len(parts) > 1 else ""
+    return folder, ("tests/fleet" if folder == "fleet" else path)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its xdist group, before xdist reads the marks (tryfirst);
-    order folders slowest first (a stable sort keeps each module's own order)."""
+    """Order the longest modules first, then folders slowest first (a stable sort
+    keeps each module's own order)."""
     rank = {name: i for i, name in enumerate(_FOLDER_ORDER)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)[1]))
-    items.sort(key=lambda item: rank.get(_group(item)[0], len(rank)))
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        path = Path(str(item.path)).relative_to(REPO).as_posix()
+        first = _FIRST.index(path) if path in _FIRST else len(_FIRST)
+        return first, rank.get(_unit_of_work(path)[0], len(rank))
+
+    items.sort(key=order)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with tests/fleet as one unit. (Not `loadgroup`: xdist 3.8
+    tags a marked test by setting `item._nodeid`, which pytest 9 no longer reads, so
+    every module's tests were spread over all workers, each building the module's
+    gateway or stack again.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of_work(nodeid.split("::", 1)[0])[1]
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -141,6 +141,17 @@ PATHS: dict[str, Any] = {
                              "Completion", stream="Completion", cache=True),
     "/v1/embeddings": _post("embeddings", "OpenAI embeddings (openai backends only)",
                             "EmbeddingRequest", "Embeddings"),
+    "/v1/responses": _post(
+        "responses", "OpenAI Responses API, converted to chat backends or passed to "
+        "openai_responses backends (docs/responses-api.md); with `stream: true` "
+        "`event:`/`data:` ResponseStreamEvent events, no [DONE]", "ResponsesRequest",
+        "Response"),
+    "/v1/responses/{id}": {"parameters": _ID + [
+        {"name": "model", "in": "query", "required": False, "schema": MODEL_NAME,
+         "description": "the model whose backend kept it; needed only when several "
+                        "models of the key speak Responses natively"}],
+        "get": _plain("get_response", "a response an openai_responses backend kept",
+                      "Response")},
     "/v1/models": {"get": {"operationId": "list_models",
                            "summary": "the models (and route names) the key may use",
                            "responses": _ok("ModelList")}},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from control_plane.api import public_schemas_responses
 from control_plane.api.errors import REQUEST_ID_RE
 from control_plane.tables.config import NAME_PATTERN
 
@@ -240,3 +241,6 @@ SCHEMAS.update({
                                  "completed": {"type": "integer"},
                                  "failed": {"type": "integer"}}}}},
 })
+
+# The Responses API (public_schemas_responses.py)
+SCHEMAS.update(public_schemas_responses.SCHEMAS)

@@ -7,6 +7,8 @@ are described in ``control_plane/demo/protocols.py``):
 - ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming,
   ``control_plane/demo/openai_chat.py``) and ``GET /v1/models``. The answer echoes the
   last user message as ``"echo: <text>"``.
+- ``openai_responses``: the OpenAI Responses API natively (``POST /v1/responses``,
+  ``GET /v1/responses/{id}``: ``control_plane/demo/openai_responses.py``).
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
@@ -49,10 +51,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import metrics, openai_chat, protocols, readiness
+from control_plane.demo import metrics, openai_chat, openai_responses, protocols, readiness
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
-PROTOCOLS = ("openai", "predict") + protocols.EXTRA_PROTOCOLS
+PROTOCOLS = ("openai", "predict", "openai_responses") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
@@ -203,7 +205,7 @@ class DemoHandler(BaseHTTPRequestHandler):
         if body is not None:
             self._send_json(status, body)
             return
-        if self.server.protocol == "openai":
+        if self.server.protocol in ("openai", "openai_responses"):
             body = {"error": {"message": message,
                               "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
                               "param": None, "code": status}}
@@ -263,6 +265,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                     {"id": self.server.name, "object": "model", "created": 0,
                      "owned_by": "sluice-demo"}]})
             return
+        kept = openai_responses.GET_PATH.match(path)
+        if self.server.protocol == "openai_responses" and kept:
+            if not self._injected_fault(inference=False):
+                openai_responses.get(self, kept.group(1))
+            return
         match = MODEL_PATH.match(path)
         if self.server.protocol == "predict" and match:
             if not self._injected_fault(inference=False):
@@ -288,6 +295,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
                     handle(self, match, body)
+                return
+            if self.server.protocol == "openai_responses" and path == openai_responses.PATH:
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    openai_responses.create(self, None, body)
                 return
             if self.server.protocol == "openai" and path == "/v1/chat/completions":
                 body = self._json_body()

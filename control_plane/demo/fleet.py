@@ -14,6 +14,10 @@ Small, but it shows the features a newcomer asks about on the first day:
   which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`);
   the model type `nlp/sentiment` maps to it, so brief 000's envelope (`model_type`,
   no `model`) reaches it through `POST /v1/predict`.
+- `responses-demo`: a backend that speaks the OpenAI Responses API natively
+  (`openai_responses`): `/v1/responses` passes through (stored responses,
+  `previous_response_id`), chat callers are converted to it (docs/responses-api.md).
+  Every chat model answers on `/v1/responses` too, converted.
 - `realtime-demo`: OpenAI's Realtime API over a WebSocket (`GET /v1/realtime?model=
   realtime-demo`), served by the demo realtime backend (control_plane/demo/realtime.py);
   the plans cap sessions at once and their length.
@@ -35,6 +39,7 @@ DEMO_MODELS = [
     {"name": "chat-canary", "timeout_ms": 30000},
     {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
     {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
+    {"name": "responses-demo", "timeout_ms": 30000},
     # a realtime session is closed after this long with no event either way
     {"name": "realtime-demo", "timeout_ms": 60000},
 ]
@@ -50,6 +55,8 @@ DEMO_BACKENDS = [
      "latency_ms": 5000},
     {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
      "weight": 100, "gpu_class": "L4"},
+    {"name": "responses-demo-a", "model": "responses-demo", "protocol": "openai_responses",
+     "weight": 100},
     {"name": "realtime-demo-a", "model": "realtime-demo", "protocol": "openai_realtime",
      "weight": 100, "latency_ms": 0},
 ]

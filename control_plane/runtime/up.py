@@ -195,6 +195,7 @@ class Stack:
             **demo_keys,
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
+            "demo_responses_model": "responses-demo",   # speaks the Responses API natively
             # GET /v1/realtime?model=<this> (a WebSocket; docs/realtime.md)
             "demo_realtime_model": fleet.DEMO_REALTIME_MODEL,
             "database_url": db_url,

@@ -105,12 +105,12 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
     put_msec(buf, now)
     buf:put('","request_id":"', plain(ctx.request_id),
             '","consumer":"', esc(consumer), '","plan":"', esc(plan),
-            '","model":"', esc(model), '","route":"', esc(ctx.route),
+            '","model":"', esc(model), '","route":"', esc(ctx.target.route),
             '","backend":"', esc(backend), '","method":"', method,
             '","path":"', esc(path), '","status":"', count(status),
             '","latency_ms":"', count(latency_ms), '","upstream_ms":"', count(upstream_ms))
     local u = ctx.usage or NOTHING
-    local p, c, cache, err = u.prompt, u.completion, ctx.cache_status, ctx.error_type
+    local p, c, cache, err = u.prompt, u.completion, ctx.cache.logged, ctx.error_type
     if p == nil and c == nil and cache == nil and err == nil then
         buf:put(NO_USAGE)
     else
@@ -118,8 +118,8 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
                 '","cache":"', plain(cache), '","error_type":"', plain(err))
     end
     buf:put('","bytes_sent":"', plain(bytes_sent))
-    local excerpt, fallback, queue_ms, up_err = ctx.excerpt, ctx.fallback, ctx.queue_ms,
-                                                ctx.upstream_error
+    local excerpt, fallback, queue_ms, up_err = ctx.body.excerpt, ctx.fallback.taken,
+                                                ctx.backend.queue_ms, ctx.upstream_error
     if excerpt == nil and fallback == nil and queue_ms == nil and up_err == nil then
         buf:put(NO_EXTRAS)
     else

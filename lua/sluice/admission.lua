@@ -16,7 +16,7 @@
 --
 -- In-flight counts are per backend, in the sluice_inflight dict ("b:<id>"): the
 -- balancer phase counts the attempt's backend (on a retry it moves the count to the
--- new one), the log phase gives it back. ctx.inflight names the backend counted (the
+-- new one), the log phase gives it back. ctx.backend.inflight names the backend counted (the
 -- context survives redirects, sluice/context.lua),
 -- so error_page redirects, timeouts and client aborts (all end in the log phase)
 -- give it back too.
@@ -161,7 +161,7 @@ end
 -- no usable backend, so admission does not apply). A backend the controller's
 -- weight push names saturated (its GPUs are full, sluice/weights.lua) takes no more
 -- than it has in flight: its capacity is that count, with or without max_in_flight.
--- `moved`: ctx.moved, or nil outside a request's access phase.
+-- `moved`: ctx.target.moved, or nil outside a request's access phase.
 local function load(pool, moved)
     balancer.refresh(pool, ngx_now(), moved)
     local sat = weights.saturated(moved)
@@ -209,7 +209,7 @@ queue.init(room)
 -- Access phase, before a backend is chosen: returns 400 (bad X-Sluice-Priority),
 -- 503 (saturated: no wait allowed, or the wait ended without a slot) or 499 (the
 -- caller went away while waiting) with type, message, extra for the error template;
--- else nil, perhaps after a wait (sluice.queue writes ctx.queue_slot, ctx.queue_ms).
+-- else nil, perhaps after a wait (sluice.queue writes ctx.backend.queue_slot, .queue_ms).
 function _M.admit(ctx, snap, consumer, model_name, pool)
     if not pool.capped_checked then
         -- one pass per compiled pool: does any backend have a capacity at all?
@@ -224,10 +224,11 @@ function _M.admit(ctx, snap, consumer, model_name, pool)
         return 400, "invalid_request",
                "X-Sluice-Priority must be critical, standard or best_effort"
     end
-    if not pool.capped and not weights.saturated(ctx.moved) then
+    local moved = ctx.target.moved
+    if not pool.capped and not weights.saturated(moved) then
         return
     end
-    local busy, cap = load(pool, ctx.moved)
+    local busy, cap = load(pool, moved)
     if not busy then
         return
     end
@@ -268,10 +269,11 @@ local function leave(id)
 end
 
 -- Balancer phase, every attempt: count it against the backend it goes to (a slot a
--- waiter was handed becomes this count: sluice.queue clears ctx.queue_slot).
+-- waiter was handed becomes this count: sluice.queue clears ctx.backend.queue_slot).
 function _M.attempt(ctx)
-    local id = ctx.pool.backends[ctx.backend_index].id_s
-    local prior = ctx.inflight
+    local held = ctx.backend
+    local id = held.pool.backends[held.index].id_s
+    local prior = held.inflight
     if prior == id then
         return
     end
@@ -281,21 +283,22 @@ function _M.attempt(ctx)
     local _, err = dict:incr(key_of[id], 1, 0)
     if err then
         ngx_log(ERR, "in-flight count of backend ", id, " unavailable: ", err)
-        ctx.inflight = nil
+        held.inflight = nil
     else
-        ctx.inflight = id
+        held.inflight = id
     end
     queue.claim(ctx)
 end
 
 -- Log phase: the request is over; give its count back, and the slot to a waiter.
 function _M.release(ctx)
-    local id = ctx.inflight
+    local held = ctx.backend
+    local id = held.inflight
     if id then
-        ctx.inflight = nil
+        held.inflight = nil
         leave(id)
     end
-    queue.release(ctx, ctx.pool)
+    queue.release(ctx, held.pool)
 end
 
 -- Requests in flight to backend `id` (string).

@@ -67,7 +67,7 @@ function _M.credential(authz)
     return nil
 end
 
--- `authz`: the Authorization header (ctx.authorization). Returns the consumer and
+-- `authz`: the Authorization header (ctx.req.authorization). Returns the consumer and
 -- the request's attributes (the consumer's, with a JWT's claims merged over them);
 -- or nil, http status, error type, message.
 function _M.authenticate(snap, authz)

@@ -48,7 +48,7 @@ metrics.register("sluice_backend_circuit_state", "gauge",
 local CIRCUIT_CODE = { closed = 0, open = 1, half_open = 2 }
 
 -- Rebuild pool.eff (effective weights) when something they depend on moved. `m`:
--- sluice.moved's count read earlier in this request (ctx.moved), or nil: then
+-- sluice.moved's count read earlier in this request (ctx.target.moved), or nil: then
 -- the generations are read.
 local function refresh(pool, now, m)
     if m and m == pool.moved and now < pool.next_refresh then
@@ -118,7 +118,7 @@ end
 -- a circuit may let traffic through (nil when the pool is simply drained).
 function _M.choose(ctx, pool, cfg)
     local now = ngx_now()
-    refresh(pool, now, ctx.moved)
+    refresh(pool, now, ctx.target.moved)
     local idx = pick_healthy(pool, nil, nil, cfg)
     if not idx then
         local soonest
@@ -128,27 +128,29 @@ function _M.choose(ctx, pool, cfg)
         end
         return nil, soonest and ceil(soonest - now) or nil
     end
-    ctx.pool = pool
-    ctx.breaker_cfg = cfg
-    ctx.backend_index = idx
+    local held = ctx.backend
+    held.pool = pool
+    held.breaker_cfg = cfg
+    held.index = idx
     return pool.backends[idx]
 end
 
 -- Balancer phase.
 function _M.balance(ctx, model)
-    local pool = ctx.pool
+    local held = ctx.backend
+    local pool = held.pool
     if not pool then
         ngx_log(ERR, "balancer reached without a chosen backend")
         return ngx_exit(500)
     end
-    local idx = ctx.backend_index
-    if ctx.tries then
+    local idx = held.index
+    if held.tries then
         -- a retry: the previous backend failed to connect or answered 5xx. `tried`,
         -- this pass's indexes, is made on the first retry (one attempt needs none).
-        local tried = ctx.tried
+        local tried = held.tried
         if not tried then
             tried = { idx }
-            ctx.tried = tried
+            held.tried = tried
         end
         local state, code = get_last_failure()
         local prev = pool.backends[idx]
@@ -156,12 +158,12 @@ function _M.balance(ctx, model)
                 ") failed: ", state, " ", code, "; retrying another")
         local skip = {}
         for i = 1, #tried do skip[tried[i]] = true end
-        idx = pick_healthy(pool, skip, prev, ctx.breaker_cfg) or idx
-        ctx.backend_index = idx
+        idx = pick_healthy(pool, skip, prev, held.breaker_cfg) or idx
+        held.index = idx
         tried[#tried + 1] = idx
-        ctx.tries = #tried
+        held.tries = #tried
     else
-        ctx.tries = 1
+        held.tries = 1
         local first = pool.backends[idx]
         local others = 0
         for i = 1, pool.n do
@@ -180,11 +182,11 @@ function _M.balance(ctx, model)
     local b = pool.backends[idx]
     -- for the log phase: every attempt of every pass (the fallback's too), in order
     -- one attempt: its id; more: a list (no table for the usual single attempt)
-    local ids = ctx.tried_ids
+    local ids = held.tried_ids
     if ids == nil then
-        ctx.tried_ids = b.id_s
+        held.tried_ids = b.id_s
     elseif type(ids) == "string" then
-        ctx.tried_ids = { ids, b.id_s }
+        held.tried_ids = { ids, b.id_s }
     else
         ids[#ids + 1] = b.id_s
     end
@@ -253,7 +255,7 @@ local function record(id, statuses, times, n, cfg)
 end
 
 -- Log phase: each attempt's outcome into the stats and the breaker (dict calls
--- only). `tried` is ctx.tried_ids (backend ids in attempt order: "3" for one attempt,
+-- only). `tried` is ctx.backend.tried_ids (backend ids in attempt order: "3" for one attempt,
 -- {"3", "7"} for more), `statuses` / `times` are $upstream_status /
 -- $upstream_response_time.
 function _M.log(tried, statuses, times, cfg)

@@ -99,19 +99,20 @@ function _M.lookup(ctx, endpoint, doc, model, consumer)
                     "\0", endpoint.name, "\0" }
     canonical(body, parts)
     local key = md5(concat(parts))
-    ctx.cache = { key = key, ttl = model.cache_ttl, status = "MISS" }
+    local c = ctx.cache
+    c.key, c.ttl, c.status = key, model.cache_ttl, "MISS"
 
     local cc = ngx_var.http_cache_control
     if cc and str_find(cc:lower(), "no-cache", 1, true) then
-        ctx.cache.status = "BYPASS"
+        c.status = "BYPASS"
         return
     end
     local entry = dict:get(key)
     if not entry then
         return
     end
-    ctx.cache.status = "HIT"
-    ctx.cache.key = nil              -- nothing to store
+    c.status = "HIT"
+    c.key = nil              -- nothing to store
     local nl = str_find(entry, "\n", 1, true)
     local answer = str_sub(entry, nl + 1)
     if doc.request_id ~= nil and endpoint.name == "unified" then
@@ -124,14 +125,16 @@ function _M.lookup(ctx, endpoint, doc, model, consumer)
     return str_sub(entry, 1, nl - 1), answer
 end
 
+-- (A probe's plain ngx.ctx has no ctx.cache.)
 function _M.header_filter(ctx)
     local c = ctx.cache
-    if not c then
+    local status = c and c.status
+    if not status then
         return
     end
-    ngx_header["X-Cache-Status"] = c.status
-    ctx.cache_status = c.status      -- the access-log line's "cache"
-    metrics.inc("sluice_cache_requests_total", 1, ctx.model_name or "", c.status)
+    ngx_header["X-Cache-Status"] = status
+    c.logged = status      -- the access-log line's "cache"
+    metrics.inc("sluice_cache_requests_total", 1, ctx.target.model_name or "", status)
     if c.key and ngx.status ~= 200 then
         c.key = nil
     end

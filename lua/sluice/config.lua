@@ -214,7 +214,7 @@ local function compile(s, prev_s, prev)
 end
 
 -- The compiled snapshot this worker serves, or nil when there is none; and
--- sluice.moved's count read first (a request hands it to the other caches: ctx.moved).
+-- sluice.moved's count read first (a request hands it to the other caches: ctx.target.moved).
 function _M.get()
     local m = moved.read()
     if m == cached_moved then

@@ -1,11 +1,13 @@
 -- The per-request context: ngx.ctx of a public-listener request, and the one place
 -- that says what it carries. Each field has one writer (below); every other module
--- only reads it. A group (delivery, quota, trace, usage) is a table of its writer's
--- fields, made on first use and kept, emptied, with a recycled context (recycle()):
--- no table per request. The table below is the source of docs/contracts.md's
--- "Per-request context" (`python -m control_plane.reference_docs` writes it; keep its
--- layout: a field, two spaces, its writer, two spaces, what; a group's fields
--- indented by two more; continued lines indented further).
+-- only reads it. Most fields sit in a group, a table of its owner's fields: req,
+-- caller, target, body, backend, cache and fallback are made with the context (new());
+-- delivery, quota, trace and usage on first use. Every group is kept, emptied, with a
+-- recycled context (recycle()): no table per request. The table below is the source
+-- of docs/contracts.md's "Per-request context" (`python -m
+-- control_plane.reference_docs` writes it; keep its layout: a field, two spaces, its
+-- writer, two spaces, what; a group's fields indented by two more; continued lines
+-- indented further).
 --
 -- ngx.ctx does not survive an internal redirect (error_page, ngx.exec). As Kong
 -- does, the access phase stashes the table in a worker-local registry, here under the
@@ -15,66 +17,73 @@
 -- registry entry lives from access to log of one request; the worker that stashed
 -- it is the worker that restores it (a request never changes worker). After its
 -- log phase the table itself, emptied, serves a next request of the worker
--- (recycle): no 64-slot table is made and collected per request.
+-- (recycle): no context and no group is made and collected per request.
 --
 --  field                 writer          what
 --  ------------------------------------------------------------------------------------------------------
 --  ref                   context         registry number of this table (the request's address; a subrequest's
 --                                        `$sluice_ctx_ref`)
---  rare_headers          headers         the request carries `X-Request-Id`, `traceparent`, `Prefer` or
---                                        `X-Sluice-Worker-Token` (one nginx map read instead of four header
---                                        reads)
---  request_uri, authorization  headers  `$request_uri` and the `Authorization` header (nil: none), read with
---                                        `rare_headers` in one walk over the header list
---  uri                   endpoints       `$uri` as access found it (the log line's path)
---  plain_path            endpoints       the same string when the caller sent it unescaped (`$request_uri`'s
---                                        path is `$uri`; nil otherwise): location / then proxies the
---                                        request's own URI, with no URI variable
 --  request_id            trace           `X-Request-Id` kept or made (also `$sl_id`, which `proxy_set_header`
 --                                        and the log line read)
---  trace                 trace           W3C trace context of the request, for the log line (a table kept
---                                        with the context)
+--  trace                 trace           W3C trace context of the request, for the log line
 --    .id, .span, .parent  trace  trace id (a trace started here: the request id made for it), this request's
 --                                        span, the caller's span
---  attributes            steps           what routing conditions test (consumer attributes, JWT claims over
+--  req                   headers, endpoints  what the request line and headers say, read once
+--    .rare_headers       headers         the request carries `X-Request-Id`, `traceparent`, `Prefer` or
+--                                        `X-Sluice-Worker-Token` (one nginx map read instead of four header
+--                                        reads)
+--    .request_uri, .authorization  headers  `$request_uri` and the `Authorization` header (nil: none), read
+--                                        with `rare_headers` in one walk over the header list
+--    .uri                endpoints       `$uri` as access found it (the log line's path)
+--    .plain_path         endpoints       the same string when the caller sent it unescaped (`$request_uri`'s
+--                                        path is `$uri`; nil otherwise): location / then proxies the
+--                                        request's own URI, with no URI variable
+--  caller                steps, jobs     who asks
+--    .consumer           steps           the authenticated consumer (snapshot table)
+--    .attributes         steps           what routing conditions test (consumer attributes, JWT claims over
 --                                        them)
---  consumer              steps           the authenticated consumer (snapshot table)
---  moved                 steps           `sluice.moved`'s count read by `config.get` for this pass: the
+--    .job_id             jobs            the job a worker's request runs (never made async again)
+--  target                steps, splits   what the request goes to
+--    .moved              steps           `sluice.moved`'s count read by `config.get` for this pass: the
 --                                        weight and circuit caches look at their own generations only when it
 --                                        moved
---  model_name            steps           the model asked for, then a route's choice (metrics, log)
---  model  steps (fallback: its model)  the chosen model (snapshot table)
---  request_doc, request_len  target (fallback: re-encoded)  decoded body (nil when no step reads it: a
+--    .model_name         steps           the model asked for, then a route's choice (metrics, log)
+--    .model              steps (fallback: its model)  the chosen model (snapshot table)
+--    .route, .route_version  splits      route that chose `model_name`, the version it chose
+--  body                  target, pii     the request's body
+--    .doc, .len          target (fallback: re-encoded)  decoded body (nil when no step reads it: a
 --                                        path-named model forwarded unchanged), its length
---  excerpt               pii             masked start of the body, when enabled
---  quota                 policy          what the request holds of its plan's limits (a table kept with the
---                                        context)
---    .slot               policy          concurrency key held (`false`: none or given back)
---    .daily, .monthly    policy          request-quota counters counted (`false`: given back by
---                                        `policy.undo`)
---  usage                 tokens          token accounting and usage counting (a table kept with the context)
---    .scan               tokens          scan the answer for `usage` (`tokens.hold`; `tokens.scan` for
---                                        `sluice.usage`; `tokens.fallback`)
---    .key, .reserved     tokens          token reservation (`false`: settled)
---    .total, .prompt, .completion  tokens  what the answer reported (log line, usage counters)
---    .sse, .len, .n, .bytes, .parts, .carry, .done  tokens  body-filter scan state
---    .keys               usage           the request's usage counter keys
---  route, route_version  splits          route that chose `model_name`, the version it chose
---  pool, backend_index, breaker_cfg  balancer  the chosen backend: its pool, its index in `pool.backends`,
+--    .excerpt            pii             masked start of the body, when enabled
+--  backend               balancer, admission, queue, steps, upstream_tls  the backend and what the
+--                                        request holds of it
+--    .pool, .index, .breaker_cfg  balancer  the chosen backend: its pool, its index in `pool.backends`,
 --                                        the snapshot's breaker settings
---  tries, tried          balancer        attempts in this pass; their indexes (made on a retry)
---  tried_ids             balancer        backend ids tried, every pass (stats, breaker): `"3"` for one
+--    .tries, .tried      balancer        attempts in this pass; their indexes (made on a retry)
+--    .tried_ids          balancer        backend ids tried, every pass (stats, breaker): `"3"` for one
 --                                        attempt, `{"3", "7"}` for more
---  inflight              admission       backend id whose in-flight count is held
---  queue_slot, queue_ms  queue           pool whose slot a waiter was handed (until the balancer counts it);
+--    .inflight           admission       backend id whose in-flight count is held
+--    .queue_slot, .queue_ms  queue       pool whose slot a waiter was handed (until the balancer counts it);
 --                                        ms waited (log)
---  cache, cache_status   cache           response-cache state of this pass; the log's `cache`
+--    .upstream_auth      steps           `$sluice_upstream_auth` holds a backend credential (written only
+--                                        then, or to clear one)
+--    .upstream_tls       upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
+--                                        then, or to clear it)
+--    .realtime           realtime        a `/v1/realtime` session: its caps, its backend and that WebSocket,
+--                                        bytes and events each way, how it closed (`realtime_pump` writes
+--                                        its fields once open); for these requests `realtime` writes
+--                                        `caller`, `target.model_name`, `target.model`, `body.doc` and
+--                                        `body.len` in `steps`' and `target`'s stead
+--  cache                 cache           the response cache
+--    .key, .ttl, .status  cache          this pass's entry key (nil: nothing to store), its ttl, its
+--                                        `X-Cache-Status` (nil: not cacheable)
+--    .len, .size, .parts  cache          the answer's Content-Length, the bytes kept so far, the pieces
+--    .logged             cache           the last pass's status, for the log's `cache`
 --  conv                  convert         conversion state of this pass (also set in header_filter for a
 --                                        backend's own error answer on a native pair)
 --  upstream_error        convert         start of a backend's own error body (log line)
---  delivery              delivery        how the answer travels, decided once per pass (`sluice.delivery`; a
---                                        table kept with the context): `phases.lua` performs every `ngx.exec`
---                                        and capture, the filters and the log branch on it
+--  delivery              delivery        how the answer travels, decided once per pass (`sluice.delivery`):
+--                                        `phases.lua` performs every `ngx.exec` and capture, the filters and
+--                                        the log branch on it
 --    .how, .where        delivery        this pass's choice: `direct` (proxied by its own location), `tls`
 --                                        (`@sluice_tls_*`), `relay` and `stream` (the subrequest
 --                                        `/_sluice/buffered[_tls/…]`), `loop` (`@sluice_h1_loop`), `job`
@@ -87,22 +96,26 @@
 --    .status             delivery        the subrequest's status before its filters
 --    .vars, .queue       relay           the subrequest's proxying variables; a relayed stream's pieces,
 --                                        their semaphore, the first frame's verdict, the subrequest's thread
---  fallback_to, fallback_body, fallback  fallback  armed model, saved body, taken
+--  fallback              fallback        a model's fallback after its backend timed out
+--    .to, .body          fallback        armed model, saved body
+--    .taken              fallback        the fallback model the request went to
+--  quota                 policy          what the request holds of its plan's limits
+--    .slot               policy          concurrency key held (`false`: none or given back)
+--    .daily, .monthly    policy          request-quota counters counted (`false`: given back by
+--                                        `policy.undo`)
+--  usage                 tokens          token accounting and usage counting
+--    .scan               tokens          scan the answer for `usage` (`tokens.hold`; `tokens.scan` for
+--                                        `sluice.usage`; `tokens.fallback`)
+--    .key, .reserved     tokens          token reservation (`false`: settled)
+--    .total, .prompt, .completion  tokens  what the answer reported (log line, usage counters)
+--    .sse, .len, .n, .bytes, .parts, .carry, .done  tokens  body-filter scan state
+--    .keys               usage           the request's usage counter keys
 --  error_type            errors          the error template's type (`errors.note` for a backend's own error,
 --                                        from convert's body filter)
---  upstream_auth         steps           `$sluice_upstream_auth` holds a backend credential (written only
---                                        then, or to clear one)
---  upstream_tls          upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
---                                        then, or to clear it)
---  job_id                jobs            the job a worker's request runs (never made async again)
---  realtime              realtime        a `/v1/realtime` session (a table): its caps, its backend and that
---                                        WebSocket, bytes and events each way, how it closed (written by
---                                        `realtime_pump` once open); for these requests `realtime` writes
---                                        `consumer`, `attributes`, `model_name`, `model`, `request_doc` and
---                                        `request_len` in `steps`' and `target`'s stead
 --
--- Per pass: `conv`, `cache`, `tried`, `tries`, `moved` describe one trip to a
--- backend; a restored context starts a new pass without them (restore() clears them).
+-- Per pass: `conv`, the cache's entry (all of `cache` but `logged`), `backend.tried`,
+-- `backend.tries` and `target.moved` describe one trip to a backend; a restored
+-- context starts a new pass without them (restore() clears them).
 local metrics = require("sluice.metrics")
 local new_tab = require("table.new")
 local clear_tab = require("table.clear")
@@ -119,10 +132,12 @@ local tostring = tostring
 
 local UINTPTR = "uintptr_t"
 local GAUGE_EVERY = 1   -- seconds between updates of the held-contexts gauge
--- Hash slots a new context is made with: a request on a plan carries about 40 of
--- the fields above (one without, about 20). Grown from ngx.ctx's 4, the table
--- would be rehashed four times per request.
-local FIELDS = 44
+-- Hash slots a new context is made with: its 16 top-level fields above (grown from
+-- ngx.ctx's 4, the table would be rehashed per request).
+local FIELDS = 16
+-- The groups made with a context, and their hash slots (the fields above).
+local MADE = { req = 8, caller = 4, target = 8, body = 4, backend = 16, cache = 8,
+               fallback = 4 }
 
 local _M = {}
 
@@ -137,6 +152,16 @@ local registry = {}   -- ref -> ctx, per worker
 -- gave LuaJIT's collector (bench/README.md, issue 13, session 7).
 local SPARE_MAX = 64
 local spare, n_spare = {}, 0
+
+-- The groups new() makes, put into `ctx` where it lacks them; returns ctx.
+local function furnish(ctx)
+    for name, slots in pairs(MADE) do
+        if not ctx[name] then
+            ctx[name] = new_tab(0, slots)
+        end
+    end
+    return ctx
+end
 
 -- The registry number of this request: its ngx_http_request_t's address, which an
 -- internal redirect keeps (no variable to write per request). A subrequest has its
@@ -170,7 +195,7 @@ function _M.new()
         spare[n_spare] = nil
         n_spare = n_spare - 1
     else
-        ctx = new_tab(0, FIELDS)
+        ctx = furnish(new_tab(0, FIELDS))
     end
     ngx.ctx = ctx
     local ref = request_ref()
@@ -181,7 +206,8 @@ end
 
 -- After an internal redirect (error page, fallback location): the request's context,
 -- put back into ngx.ctx, without the per-pass fields. A request redirected before
--- access (nginx's own 413, 494) has none: its fresh ngx.ctx is returned.
+-- access (nginx's own 413, 494) has none: its fresh ngx.ctx is returned, with the
+-- groups new() makes (unregistered: not recycled).
 function _M.restore()
     local ctx = ngx.ctx
     if ctx.ref then
@@ -189,9 +215,15 @@ function _M.restore()
     end
     local _, saved = find_saved()
     if not saved then
-        return ctx
+        return furnish(ctx)
     end
-    saved.conv, saved.cache, saved.tried, saved.tries, saved.moved = nil, nil, nil, nil, nil
+    saved.conv = nil
+    local backend, cache = saved.backend, saved.cache
+    backend.tried, backend.tries = nil, nil
+    saved.target.moved = nil
+    local logged = cache.logged
+    clear_tab(cache)
+    cache.logged = logged
     ngx.ctx = saved
     return saved
 end
@@ -209,7 +241,8 @@ function _M.resume()
 end
 
 -- Log phase: the request's context (restored if a redirect emptied ngx.ctx), and its
--- registry entry freed.
+-- registry entry freed. A request that never reached access gets its fresh ngx.ctx
+-- with the groups new() makes.
 function _M.finish()
     local ctx = ngx.ctx
     local ref = ctx.ref
@@ -217,12 +250,20 @@ function _M.finish()
         local saved
         ref, saved = find_saved()
         if not saved then
-            return ctx
+            return furnish(ctx)
         end
         ctx = saved
     end
     registry[ref] = nil
     return ctx
+end
+
+-- recycle(): `group` (nil: never made), emptied, back into ctx[name].
+local function keep(ctx, name, group)
+    if group then
+        clear_tab(group)
+        ctx[name] = group
+    end
 end
 
 -- Log phase, last thing: the request's context, emptied, for a next request. Safe
@@ -233,25 +274,24 @@ end
 -- of a request nginx refused before access.
 function _M.recycle(ctx)
     if ctx.ref and n_spare < SPARE_MAX then
-        -- the groups' own tables are kept, emptied, with it
-        local d, t, u, q = ctx.delivery, ctx.trace, ctx.usage, ctx.quota
+        -- the groups' own tables are kept, emptied, with it (one by one: a loop
+        -- over their names would be a trace of its own, entered and left per request)
+        local req, caller, target, body, backend = ctx.req, ctx.caller, ctx.target,
+                                                   ctx.body, ctx.backend
+        local cache, fallback, delivery = ctx.cache, ctx.fallback, ctx.delivery
+        local trace, usage, quota = ctx.trace, ctx.usage, ctx.quota
         clear_tab(ctx)
-        if d then
-            clear_tab(d)
-            ctx.delivery = d
-        end
-        if t then
-            clear_tab(t)
-            ctx.trace = t
-        end
-        if u then
-            clear_tab(u)
-            ctx.usage = u
-        end
-        if q then
-            clear_tab(q)
-            ctx.quota = q
-        end
+        keep(ctx, "req", req)
+        keep(ctx, "caller", caller)
+        keep(ctx, "target", target)
+        keep(ctx, "body", body)
+        keep(ctx, "backend", backend)
+        keep(ctx, "cache", cache)
+        keep(ctx, "fallback", fallback)
+        keep(ctx, "delivery", delivery)
+        keep(ctx, "trace", trace)
+        keep(ctx, "usage", usage)
+        keep(ctx, "quota", quota)
         n_spare = n_spare + 1
         spare[n_spare] = ctx
     end

@@ -16,6 +16,8 @@
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
+local stream = require("sluice.adapters.stream")
+local carry = require("sluice.carry")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -37,6 +39,7 @@ local CALLERS = {
     infer = require("sluice.adapters.infer"),
     predict = require("sluice.adapters.predict"),
     kserve_v2 = require("sluice.adapters.kserve_v2"),
+    responses = require("sluice.adapters.responses"),
 }
 
 local BACKENDS = {
@@ -45,6 +48,7 @@ local BACKENDS = {
     kserve_v2 = CALLERS.kserve_v2,
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
+    openai_responses = require("sluice.adapters.responses_backend"),
 }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine
@@ -60,6 +64,8 @@ function _M.native_path(endpoint, model_name)
     if name == "chat" then return "/v1/chat/completions" end
     if name == "completions" then return "/v1/completions" end
     if name == "embeddings" then return "/v1/embeddings" end
+    if name == "responses" then return "/v1/responses" end
+    if name == "response_get" then return ngx.var.uri end   -- its id: [A-Za-z0-9_-]
     if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
     return "/v1/models/" .. escape_uri(model_name) .. "/predict"
 end
@@ -75,15 +81,23 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
         return 400, "invalid_request", "model " .. model_name
                .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
     end
-    local caller = CALLERS[endpoint.caller]
-    local ireq, err = caller.decode(endpoint, doc, model_name)
+    -- OpenAI's error type for OpenAI callers; `param` when a field is to blame
+    local invalid = endpoint.caller == "openai" and "invalid_request_error" or "invalid_request"
+    local param, why = carry.check(endpoint, doc, protocol, model_name)
+    if param then
+        return 400, invalid, why, { param = param }
+    end
+    local caller = CALLERS[endpoint.api or endpoint.caller]
+    local ireq, err
+    ireq, err, param = caller.decode(endpoint, doc, model_name)
     if not ireq then
-        return 400, "invalid_request", err
+        return 400, invalid, err, param and { param = param }
     end
     local backend = BACKENDS[protocol]
-    local path, body = backend.request(ireq, pool, model_name)
+    local path, body
+    path, body, param = backend.request(ireq, pool, model_name)
     if not path then
-        return 400, "invalid_request", body
+        return 400, invalid, body, param and { param = param }
     end
     local raw, eerr = cjson.encode(body)
     if not raw then
@@ -102,13 +116,13 @@ end
 
 -- A backend's own non-2xx answer on a pair proxied unchanged: from now on it is
 -- converted like any answer, into the error template (sets ctx.conv). 4xx kept,
--- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI backend's `type`, `param` and `code`
--- kept for an OpenAI caller.
+-- 3xx a 502, 5xx as BACKEND_5XX; an OpenAI (chat or Responses) backend's `type`,
+-- `param` and `code` kept for an OpenAI caller.
 local function native_error(ctx, status)
-    local pool = ctx.pool
+    local pool = ctx.backend.pool
     local backend = BACKENDS[pool.protocol]
     ctx.conv = { error = status, native = true, backend = backend, pool = pool,
-                 openai = backend == CALLERS.openai }
+                 openai = backend == CALLERS.openai or backend == BACKENDS.openai_responses }
     if status < 400 then
         ngx.status = 502
         ngx_header["Location"] = nil
@@ -123,8 +137,10 @@ function _M.header_filter(ctx)
     local conv = ctx.conv
     local status
     if not conv then
-        -- ctx.pool: a backend answered; ctx.error_type: the error page's own answer
-        if not ctx.pool or ctx.error_type then
+        -- a pool: a backend answered; ctx.error_type: the error page's own answer (a
+        -- probe's plain ngx.ctx has no ctx.backend)
+        local held = ctx.backend
+        if not held or not held.pool or ctx.error_type then
             return
         end
         status = ngx.status
@@ -201,12 +217,19 @@ local function finish(conv, raw)
     if not ires or ires.outputs[1] == nil then
         conv.failed = err or "answer holds no outputs"
         local body = failure(conv.failed)
-        return conv.sse and sse.error_event(body) or body .. "\n"
+        if conv.sse then
+            return conv.caller.emitter and conv.caller.emitter.error(body)
+                   or sse.error_event(body)
+        end
+        return body .. "\n"
     end
     if conv.sse then
+        if conv.caller.emitter then
+            return stream.synthesize(conv, ires)
+        end
         return sse.synthesize(ireq, ires)
     end
-    return cjson.encode(conv.caller.respond(ireq, ires)) .. "\n"
+    return (conv.caller.encode or cjson.encode)(conv.caller.respond(ireq, ires)) .. "\n"
 end
 
 function _M.body_filter(ctx)
@@ -216,7 +239,8 @@ function _M.body_filter(ctx)
     end
     local data, eof = ngx.arg[1], ngx.arg[2]
     if conv.frames and not conv.error then
-        ngx.arg[1] = sse.frames(conv, data, eof, failure)
+        ngx.arg[1] = (stream.wanted(conv) and stream.frames or sse.frames)(conv, data, eof,
+                                                                           failure)
         return
     end
     if conv.size == nil then

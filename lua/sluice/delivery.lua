@@ -108,24 +108,27 @@ function _M.decide(ctx, backend)
     return DIRECT
 end
 
+-- The answer is made by the named location `where` (`how`: LOOP, JOB or FALLBACK).
+local function handed(ctx, how, where)
+    local d = of(ctx)
+    d.how, d.where = how, where
+end
+
 -- Access, before anything is counted: an HTTP/2 request served again as HTTP/1.1
 -- (sluice.relay.loops).
 function _M.loop(ctx)
-    local d = of(ctx)
-    d.how, d.where = LOOP, LOOP_LOCATION
+    handed(ctx, LOOP, LOOP_LOCATION)
 end
 
 -- Access: a jobs, files or batches request, or one made a job, to the jobs service
 -- (sluice.jobs set its headers and URI).
 function _M.job(ctx)
-    local d = of(ctx)
-    d.how, d.where = JOB, JOBS_LOCATION
+    handed(ctx, JOB, JOBS_LOCATION)
 end
 
 -- Error page: a 504 of a request armed for a fallback (sluice.fallback.try).
 function _M.fallback(ctx)
-    local d = of(ctx)
-    d.how, d.where = FALLBACK, FALLBACK_LOCATION
+    handed(ctx, FALLBACK, FALLBACK_LOCATION)
 end
 
 -- Access: a relayed answer that nginx ended before its error page (relay.intercepted):

@@ -6,7 +6,10 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/responses                  openai     chat        model in body (the
+--                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
+--   GET  /v1/responses/{id}             a response a Responses backend kept (stored.lua)
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
 --   POST /v1/models/{model}/predict     predict    predict     model in path (KServe v1)
@@ -27,6 +30,9 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    -- `api`: the caller adapter when it is not `caller` (errors stay OpenAI's)
+    ["/v1/responses"] = { name = "responses", caller = "openai", api = "responses",
+                          kind = "chat", native = "openai_responses" },
     ["/v1/predict"] = { name = "unified", caller = "unified", kind = "predict" },
     ["/v1/models"] = { name = "models", method = "GET" },
 }
@@ -41,6 +47,10 @@ local BY_PATTERN = {
         model_in_path = true } },
     { [[^/api/v1/model/([^/]+)/infer\z]],
       { name = "infer", caller = "infer", kind = "predict", model_in_path = true } },
+    -- a kept response, read back (sluice.stored): its id, not a model, in the path
+    { [[^/v1/responses/([A-Za-z0-9_-]+)\z]],
+      { name = "response_get", caller = "openai", method = "GET", stored = true,
+        native = "openai_responses" } },
     { [[^/v1/models/([^/]+)\z]],
       { name = "model", method = "GET", model_in_path = true } },
 }
@@ -49,16 +59,17 @@ local BY_PATTERN = {
 -- Which endpoint a request is for. Access step: returns status, type, message on
 -- failure (a 405 sets the Allow header); else nil, nil, nil, nil, endpoint and the
 -- model named by the path (or nil). (`uri` is percent-decoded and normalised by nginx;
--- kept in ctx.uri for the log line; ctx.plain_path is the same string when the
+-- kept in ctx.req.uri for the log line; ctx.req.plain_path is the same string when the
 -- caller sent it so, unescaped.) $request_uri as sluice.headers read it; $uri only
 -- for a path nginx normalised.
 function _M.match(ctx)
-    local uri = plain_path(ctx.request_uri or ngx_var.request_uri)
-    ctx.plain_path = uri
+    local req = ctx.req
+    local uri = plain_path(req.request_uri or ngx_var.request_uri)
+    req.plain_path = uri
     if not uri then
         uri = ngx_var.uri
     end
-    ctx.uri = uri
+    req.uri = uri
     local endpoint, model = BY_PATH[uri], nil
     if not endpoint then
         for i = 1, #BY_PATTERN do

@@ -4,8 +4,8 @@
 -- fallback model instead, converted to the caller's protocol, with
 -- `X-Sluice-Fallback: <fallback model>`.
 --
---   access (model A)  arm(): ctx.fallback_to = B, ctx.fallback_body = body
---   error_page 504    try(): ctx.fallback = B; ctx.delivery "fallback": phases
+--   access (model A)  arm(): ctx.fallback.to = B, ctx.fallback.body = body
+--   error_page 504    try(): ctx.fallback.taken = B; ctx.delivery "fallback": phases
 --                     ngx.exec("@sluice_fallback")
 --   @sluice_fallback  route(): B with the saved body; phases forward() it as usual
 --   fallback's 504    the error template (one hop only, never a chain)
@@ -37,59 +37,62 @@ metrics.register("sluice_fallbacks_total", "counter",
                  { "model", "fallback", "outcome" })
 
 -- Access phase of model `model` (its backend is chosen, its body not yet converted):
--- sets ctx.fallback_to and ctx.fallback_body. Costs nothing without a fallback.
+-- sets ctx.fallback.to and .body. Costs nothing without a fallback.
 function _M.arm(ctx, model)
     local fb = model.fallback
     if fb then
-        ctx.fallback_to = fb
-        ctx.fallback_body = ngx_req.get_body_data()
+        local armed = ctx.fallback
+        armed.to = fb
+        armed.body = ngx_req.get_body_data()
     end
 end
 
 -- Error page: true when a 504 of a request armed for a fallback should go to
 -- @sluice_fallback (sluice.delivery's "fallback": phases redirects it); sets
--- ctx.fallback then. A request already on its fallback keeps the
+-- ctx.fallback.taken then. A request already on its fallback keeps the
 -- header, then the template.
 function _M.try(ctx, status)
-    local used = ctx.fallback
+    local armed = ctx.fallback
+    local used = armed.taken
     if used then
         ngx_header[HEADER] = used
-        metrics.inc("sluice_fallbacks_total", 1, ctx.model_name, used, "failed")
+        metrics.inc("sluice_fallbacks_total", 1, ctx.target.model_name, used, "failed")
         return false
     end
-    local fb = ctx.fallback_to
+    local fb = armed.to
     if status ~= 504 or not fb then
         return false
     end
-    ctx.fallback = fb
+    armed.taken = fb
     return true
 end
 
 -- The fallback cannot even be tried: the caller gets the timeout it would have got.
 -- Returns the status, type and message of the error template.
 function _M.give_up(ctx, why)
-    local name = ctx.fallback
+    local name, model_name = ctx.fallback.taken, ctx.target.model_name
     ngx_header[HEADER] = name
-    metrics.inc("sluice_fallbacks_total", 1, ctx.model_name, name, "unavailable")
-    return 504, "backend_timeout", "the backend of model " .. ctx.model_name
+    metrics.inc("sluice_fallbacks_total", 1, model_name, name, "unavailable")
+    return 504, "backend_timeout", "the backend of model " .. model_name
            .. " timed out and its fallback " .. name .. " " .. why
 end
 
 -- Access phase of @sluice_fallback: route the saved request to the fallback model
--- (sets ctx.model, ctx.request_doc/len; tokens.fallback: the second pass's scan).
+-- (sets ctx.target.model, ctx.body.doc/len; tokens.fallback: the second pass's scan).
 -- Returns endpoint, body (decoded), pool, backend; or nil and why not.
 function _M.route(ctx)
     -- error_page left the 504 in r->err_status, which would override the fallback's
     -- own status; setting ngx.status clears it (the backend's status then replaces it)
     ngx.status = 200
-    local name = ctx.fallback
+    local armed = ctx.fallback
+    local name = armed.taken
     local snap = config.get()
     local model = snap and snap.models[name]
     if not model then
         return nil, "is not served"
     end
     local endpoint = select(5, endpoints.match(ctx))
-    local doc = cjson.decode(ctx.fallback_body or "")
+    local doc = cjson.decode(armed.body or "")
     if not endpoint or type(doc) ~= "table" then
         return nil, "cannot take this request"
     end
@@ -103,8 +106,9 @@ function _M.route(ctx)
     end
     local raw = cjson.encode(doc)
     ngx_req.set_body_data(raw)   -- the native case sends it as is; prepare() replaces it
-    ctx.model = model
-    ctx.request_doc, ctx.request_len = doc, #raw
+    ctx.target.model = model
+    local body = ctx.body
+    body.doc, body.len = doc, #raw
     -- tokens reserved in the first pass are settled from the fallback's usage
     tokens.fallback(ctx)
     return endpoint, doc, pool, backend
@@ -112,13 +116,17 @@ end
 
 -- Access phase of @sluice_fallback, once forwarded.
 function _M.sent(ctx)
-    metrics.inc("sluice_fallbacks_total", 1, ctx.model_name, ctx.fallback, "sent")
+    metrics.inc("sluice_fallbacks_total", 1, ctx.target.model_name, ctx.fallback.taken,
+                "sent")
 end
 
--- header_filter: name the model that answered.
+-- header_filter: name the model that answered. (A probe's plain ngx.ctx has no
+-- ctx.fallback.)
 function _M.header_filter(ctx)
-    if ctx.fallback then
-        ngx_header[HEADER] = ctx.fallback
+    local armed = ctx.fallback
+    local taken = armed and armed.taken
+    if taken then
+        ngx_header[HEADER] = taken
     end
 end
 

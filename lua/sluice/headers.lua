@@ -25,8 +25,9 @@ local RARE = { [12] = "x-request-id", [11] = "traceparent", [6] = "prefer",
 
 local _M = {}
 
--- Access, first thing: sets ctx.authorization (nil: none or empty), ctx.rare_headers
--- (true: one of the four above is there, not empty) and ctx.request_uri.
+-- Access, first thing: sets ctx.req.authorization (nil: none or empty),
+-- ctx.req.rare_headers (true: one of the four above is there, not empty) and
+-- ctx.req.request_uri.
 function _M.read(ctx)
     local authz, rare = nil, false
     local list, n = req_headers()
@@ -45,16 +46,21 @@ function _M.read(ctx)
             end
         end
     end
-    ctx.rare_headers, ctx.authorization = rare, authz
-    ctx.request_uri = ngx_var.request_uri
+    local req = ctx.req
+    req.rare_headers, req.authorization = rare, authz
+    req.request_uri = ngx_var.request_uri
 end
 
--- Does the request carry any of the four? (sets ctx.rare_headers, unless read() has)
+-- Does the request carry any of the four? (sets ctx.req.rare_headers, unless read()
+-- has; a probe's plain ngx.ctx has no ctx.req)
 function _M.rare(ctx)
-    local rare = ctx.rare_headers
+    local req = ctx.req
+    local rare = req and req.rare_headers
     if rare == nil then
         rare = ngx_var.sluice_rare_headers ~= ""
-        ctx.rare_headers = rare
+        if req then
+            req.rare_headers = rare
+        end
     end
     return rare
 end

@@ -67,12 +67,13 @@ end
 -- Access step: auth.authenticate(), or the worker's request on a consumer's behalf.
 -- Returns status, type, message on failure; else nil, nil, nil, nil, the consumer
 -- and its attributes. Sets
--- ctx.job_id (its one writer) on a worker's request (such a request is never made async again).
+-- ctx.caller.job_id (its one writer) on a worker's request (such a request is never
+-- made async again).
 function _M.authenticate(snap, ctx)
     local given = headers.rare(ctx) and ngx_var.http_x_sluice_worker_token
     if not given or given == "" then
         -- auth's own convention: consumer, attributes; or nil, status, type, message
-        local consumer, second, err_type, msg = auth.authenticate(snap, ctx.authorization)
+        local consumer, second, err_type, msg = auth.authenticate(snap, ctx.req.authorization)
         if not consumer then
             return second, err_type, msg
         end
@@ -88,7 +89,7 @@ function _M.authenticate(snap, ctx)
     if not consumer then
         return 403, "forbidden", "the job's consumer no longer exists"
     end
-    ctx.job_id = ngx_var.http_x_sluice_job_id or "?"
+    ctx.caller.job_id = ngx_var.http_x_sluice_job_id or "?"
     return nil, nil, nil, nil, consumer, consumer.attributes
 end
 
@@ -136,7 +137,7 @@ end
 -- Did the caller ask for an async answer (and is this not a worker running a job)?
 function _M.wanted(ctx)
     local prefer = headers.rare(ctx) and ngx_var.http_prefer
-    if not prefer or ctx.job_id then
+    if not prefer or ctx.caller.job_id then
         return false
     end
     if type(prefer) == "table" then   -- several Prefer headers

@@ -2,7 +2,7 @@
 -- caches from moves: the snapshot (config.lua), the weight table (weights.lua), a
 -- circuit (breaker.lua), pushed health (health.lua). Each of them bumps it after
 -- its own generation. A public request reads it once (config.get, first in
--- access; kept in ctx.moved) and hands it to the caches behind it (a pool's
+-- access; kept in ctx.target.moved) and hands it to the caches behind it (a pool's
 -- effective weights, the weight table), which look at their own generations only
 -- when it moved: one shared-dict read per request instead of five.
 --

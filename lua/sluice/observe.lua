@@ -55,19 +55,20 @@ end
 -- The backend that answered (the last one tried), or "".
 -- The name of the backend this request went to ("" before the balancer chose one).
 local function backend_name(ctx)
-    local pool = ctx.pool
+    local held = ctx.backend
+    local pool = held.pool
     if not pool then
         return ""
     end
-    local b = pool.backends[ctx.backend_index]
+    local b = pool.backends[held.index]
     return b.name or tostring(b.id)
 end
 _M.backend_name = backend_name
 
 -- Balancer phase, on a retry.
 function _M.retried(ctx)
-    if ctx.tries == 2 then
-        metrics.inc("sluice_upstream_retries_total", 1, ctx.model_name)
+    if ctx.backend.tries == 2 then
+        metrics.inc("sluice_upstream_retries_total", 1, ctx.target.model_name)
     end
 end
 
@@ -92,9 +93,9 @@ end
 -- the line (sluice.accesslog) in $sl_line, the one variable log_format
 -- sluice_json reads.
 function _M.log(ctx, upstream_times, bytes_sent)
-    local model = ctx.model_name or ""
+    local model = ctx.target.model_name or ""
     local backend = backend_name(ctx)
-    local consumer = ctx.consumer
+    local consumer = ctx.caller.consumer
     local plan, who = NO_PLAN, nil
     if consumer then
         local p = consumer.plan_name
@@ -124,7 +125,7 @@ function _M.log(ctx, upstream_times, bytes_sent)
         up_ms = floor(up_ms + 0.5)
     end
     line:reset()
-    accesslog.put(line, ctx, now, get_method(), ctx.uri or ngx_var.uri, status, bytes_sent,
+    accesslog.put(line, ctx, now, get_method(), ctx.req.uri or ngx_var.uri, status, bytes_sent,
                   who, consumer and plan, model, backend, floor(total * 1000 + 0.5), up_ms)
     set_log_line(line)
 end

@@ -204,9 +204,9 @@ end
 
 function _M.balancer()
     local ctx = ngx.ctx
-    balancer.balance(ctx, ctx.model)
+    balancer.balance(ctx, ctx.target.model)
     admission.attempt(ctx)
-    if (ctx.tries or 1) > 1 then
+    if (ctx.backend.tries or 1) > 1 then
         observe.retried(ctx)
     end
 end
@@ -269,9 +269,10 @@ function _M.log()
     -- from this request: all, in order, as nginx lists several attempts
     statuses, times = delivery.attempts(ctx, statuses, times)
     observe.log(ctx, times, bytes_sent)
-    local ids = ctx.tried_ids
+    local held = ctx.backend
+    local ids = held.tried_ids
     if ids then
-        balancer.log(ids, statuses, times, ctx.breaker_cfg or breaker_defaults)
+        balancer.log(ids, statuses, times, held.breaker_cfg or breaker_defaults)
     end
     context.recycle(ctx)   -- nothing reads it after this
 end
@@ -281,7 +282,7 @@ function _M.fallback()
     local ctx = context.restore()
     local endpoint, doc, pool, backend = fallback.route(ctx)
     if endpoint then
-        local status, _, msg = steps.forward(ctx, endpoint, doc, ctx.fallback, pool, backend)
+        local status, _, msg = steps.forward(ctx, endpoint, doc, ctx.fallback.taken, pool, backend)
         if not status then
             fallback.sent(ctx)
             return deliver(ctx)   -- from here (direct), its TLS location, or relayed
@@ -330,7 +331,7 @@ function _M.error_page()
     if tls_failure then
         -- the backend got no request: its certificate or ours was refused
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
-        upstream_tls.count_failure(ctx.model_name or "", observe.backend_name(ctx))
+        upstream_tls.count_failure(ctx.target.model_name or "", observe.backend_name(ctx))
     elseif status == 413 then
         err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
     elseif status == 494 or status == 400 then

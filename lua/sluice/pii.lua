@@ -61,7 +61,7 @@ function _M.excerpt(ctx, body)
     end
     local m = re_match(body, "^.{0," .. excerpt_chars .. "}", "sjou")
     if m then
-        ctx.excerpt = _M.mask(m[0])
+        ctx.body.excerpt = _M.mask(m[0])
     end
 end
 

@@ -67,10 +67,11 @@ local function wanted(ctx, lim, keys, llm, slot_refused)
         req.monthly_prefix = keys.monthly
         req.monthly = lim.monthly
     end
-    if lim.tokens and llm and ctx.request_doc then
+    local body = ctx.body
+    if lim.tokens and llm and body.doc then
         req.tokens_prefix = keys.tokens
         req.tokens = lim.tokens
-        req.reserve = tokens.reservation(ctx.request_len, ctx.request_doc)
+        req.reserve = tokens.reservation(body.len, body.doc)
     end
     return req
 end

@@ -251,7 +251,7 @@ local function join(P, c, who, t, bound)
 end
 
 -- Access phase: wait up to `bound` seconds for a slot of `pool` (capacity `cap`).
--- Returns nil with the slot reserved (sets ctx.queue_slot, ctx.queue_ms); or a
+-- Returns nil with the slot reserved (sets ctx.backend.queue_slot, .queue_ms); or a
 -- status, type, message, extra: 503 (timeout, preempted, no place) or 499 (the
 -- caller went away).
 function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
@@ -324,10 +324,11 @@ function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
     nwaiting = nwaiting - 1
     dict:delete("w:" .. t)
     local waited = ngx_now() - started
-    ctx.queue_ms = floor(waited * 1000 + 0.5)
+    local held = ctx.backend
+    held.queue_ms = floor(waited * 1000 + 0.5)
     metrics.observe("sluice_queue_wait_seconds", waited, model_name, class)
     if outcome == "g" then
-        ctx.queue_slot = pool
+        held.queue_slot = pool
         if w.aborted then
             metrics.inc("sluice_queue_outcomes_total", 1, model_name, class, "aborted")
             return 499   -- the log phase gives the slot back
@@ -350,21 +351,24 @@ function _M.wait(ctx, pool, model_name, rank, class, who, bound, cap)
 end
 
 -- Balancer phase, after the backend's count was taken: the reservation is spent
--- (clears ctx.queue_slot).
+-- (clears ctx.backend.queue_slot).
 function _M.claim(ctx)
-    local pool = ctx.queue_slot
+    local held = ctx.backend
+    local pool = held.queue_slot
     if pool then
-        ctx.queue_slot = nil
+        held.queue_slot = nil
         dict:incr("r:" .. pool.qkey, -1, 0)
     end
 end
 
 -- Log phase, after the backend's count was given back: a reservation never used
--- goes back (clears ctx.queue_slot), and the pool's waiters get the free slots.
+-- goes back (clears ctx.backend.queue_slot), and the pool's waiters get the free
+-- slots.
 function _M.release(ctx, pool)
-    local held = ctx.queue_slot
+    local backend = ctx.backend
+    local held = backend.queue_slot
     if held then
-        ctx.queue_slot = nil
+        backend.queue_slot = nil
         dict:incr("r:" .. held.qkey, -1, 0)
         _M.dispatch(held)
     end

@@ -18,7 +18,8 @@
 -- skipped); a backend that refuses the connection or the handshake counts as a
 -- failure in its breaker and stats, and another is tried (balancer.MAX_RETRIES).
 -- Only this module and realtime_pump.lua write the context of a /v1/realtime request
--- (ctx.realtime; consumer, model_name, model as steps.lua does for other requests).
+-- (ctx.backend.realtime; ctx.caller, ctx.target's model, ctx.body as steps.lua and
+-- target.lua do for other requests).
 local config = require("sluice.config")
 local auth = require("sluice.auth")
 local balancer = require("sluice.balancer")
@@ -186,8 +187,8 @@ end
 
 -- Admission, before the upgrade. Returns status, type, message[, extra] to refuse;
 -- else nil and what the session needs: the subprotocol to answer with (or nil) and
--- the protocols to offer the backend. Writes ctx.consumer, ctx.attributes,
--- ctx.model_name, ctx.model, ctx.request_doc and ctx.request_len (no body), ctx.realtime
+-- the protocols to offer the backend. Writes ctx.caller (consumer, attributes),
+-- ctx.target (model_name, model), ctx.body (doc, len: no body), ctx.backend.realtime
 -- (the session's record) and, through
 -- policy.check, usage.count and balancer.choose, their groups.
 function _M.admit(ctx)
@@ -209,7 +210,7 @@ function _M.admit(ctx)
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
     end
-    local authz = ctx.authorization
+    local authz = ctx.req.authorization
     if not authz and key and key ~= "" then
         authz = "Bearer " .. key
     end
@@ -217,7 +218,8 @@ function _M.admit(ctx)
     if not consumer then
         return attributes, err_type, msg
     end
-    ctx.consumer, ctx.attributes = consumer, attributes
+    local caller, target = ctx.caller, ctx.target
+    caller.consumer, caller.attributes = consumer, attributes
     if not is_upgrade(h) then
         return 400, "invalid_request", "/v1/realtime is a WebSocket endpoint: an HTTP/1.1 "
                .. "upgrade (Upgrade: websocket, Sec-WebSocket-Key, Sec-WebSocket-Version: 13)"
@@ -228,7 +230,7 @@ function _M.admit(ctx)
                { param = "model" }
     end
     model_name = ngx.unescape_uri(model_name)
-    ctx.model_name = model_name
+    target.model_name = model_name
     local model = snap.models[model_name]
     if not model then
         return 404, "not_found", "unknown model " .. model_name
@@ -241,14 +243,14 @@ function _M.admit(ctx)
         return 400, "invalid_request", "model " .. model_name
                .. " has no realtime backend", { param = "model" }
     end
-    ctx.model = model
+    target.model = model
 
     local caps = consumer.plan_id and snap.realtime_caps
                  and snap.realtime_caps[consumer.plan_id]
     local s = { started = ngx_now(), bytes_in = 0, bytes_out = 0, events_in = 0,
                 events_out = 0, limit_s = caps and caps.session_s,
                 idle_s = model.timeout }
-    ctx.realtime = s
+    ctx.backend.realtime = s
     if caps and caps.sessions then
         local slot = "rt:" .. consumer.key_id
         local entered, err = limits.enter(slot, caps.sessions)
@@ -265,7 +267,8 @@ function _M.admit(ctx)
     -- a session reserves tokens as a request with no body and no max_tokens does
     -- (monthly_tokens: refused when they do not fit), and is charged at its end what
     -- its response.done events reported (sluice.tokens settles it)
-    ctx.request_doc, ctx.request_len = NO_BODY, 0
+    local body = ctx.body
+    body.doc, body.len = NO_BODY, 0
     status, err_type, msg2, extra = policy.check(ctx, snap, consumer, model_name, true)
     if status then
         return status, err_type, msg2, extra
@@ -284,7 +287,7 @@ end
 -- balancer.MAX_RETRIES others after a failure. Returns status, type, message[,
 -- extra] to refuse, or nil, nil, nil, nil, the subprotocol to answer with.
 function _M.connect(ctx, snap, pool, model, model_name, protocols)
-    local s = ctx.realtime
+    local s = ctx.backend.realtime
     local last_err = "no backend"
     for _ = 1, balancer.MAX_RETRIES + 1 do
         local b, retry_after = balancer.choose(ctx, pool, snap.breaker)
@@ -316,7 +319,7 @@ function _M.connect(ctx, snap, pool, model, model_name, protocols)
         local failed = not status or status >= 500
         if failed then
             stats.record(b.id_s, false, nil)
-            breaker.record(b.id_s, false, ctx.breaker_cfg)
+            breaker.record(b.id_s, false, ctx.backend.breaker_cfg)
         end
         ngx_log(WARN, "realtime backend ", b.name or b.id_s, " (", b.host, ":", b.port,
                 "): ", err)

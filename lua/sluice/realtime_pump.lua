@@ -8,7 +8,7 @@
 -- other side's pong comes back the same way); the closing frames are sent by the
 -- request's own thread once the others are stopped (or done).
 --
--- How a session ends (ctx.realtime: closed_by, close_code):
+-- How a session ends (ctx.backend.realtime: closed_by, close_code):
 --   the caller's close frame      forwarded to the backend, echoed; closed_by client
 --   the caller's socket drops     backend gets 1001; closed_by client, code 1006
 --   the backend's close frame     forwarded to the caller; closed_by backend (a 1011
@@ -209,7 +209,7 @@ end
 -- Content phase, after realtime.admit: upgrade the caller (answering with
 -- `protocol`, the one subprotocol chosen, or none) and run the session to its end.
 function _M.serve(ctx, protocol)
-    local s = ctx.realtime
+    local s = ctx.backend.realtime
     local backend = s.backend_ws
     if protocol then
         ngx.req.set_header("Sec-WebSocket-Protocol", protocol)   -- what server echoes
@@ -224,7 +224,7 @@ function _M.serve(ctx, protocol)
         s.closed_by, s.close_code = "client", ABNORMAL
         return
     end
-    local model = ctx.model_name
+    local model = ctx.target.model_name
     s.open = true
     metrics.inc("sluice_realtime_sessions", 1, model)
     s.last = ngx_now()
@@ -248,7 +248,7 @@ end
 -- session gives its slot back, its outcome to the backend's breaker and stats, and
 -- one line with its own fields.
 function _M.log(ctx)
-    local s = ctx.realtime
+    local s = ctx.backend.realtime
     if s and s.open and not (ctx.usage and ctx.usage.total) then
         tokens.add(ctx, 0, 0, 0)   -- no response.done: no tokens, not the reservation
     end
@@ -262,7 +262,7 @@ function _M.log(ctx)
         return observe.log(ctx, times, bytes_sent)
     end
     usage.log(ctx)
-    local model = ctx.model_name
+    local model = ctx.target.model_name
     local now = ngx_now()
     local duration = now - s.started
     local b = s.backend
@@ -275,15 +275,15 @@ function _M.log(ctx)
         metrics.inc("sluice_realtime_events_total", s.events_in, model, "in")
         metrics.inc("sluice_realtime_events_total", s.events_out, model, "out")
         stats.record(b.id_s, not s.failed, nil)
-        breaker.record(b.id_s, not s.failed, ctx.breaker_cfg)
+        breaker.record(b.id_s, not s.failed, ctx.backend.breaker_cfg)
     end
-    local consumer = ctx.consumer
+    local consumer = ctx.caller.consumer
     local plan = consumer.plan_name
     plan = type(plan) == "string" and plan or "none"
     local status = ngx.status
     metrics.inc("sluice_requests_total", 1, model, backend, status, plan)
     local _, _, bytes_sent = fields(ngx_var.sl_logf)
-    local line = accesslog.line(ctx, now, "GET", ctx.uri or "/v1/realtime", status, bytes_sent,
+    local line = accesslog.line(ctx, now, "GET", ctx.req.uri or "/v1/realtime", status, bytes_sent,
                                 consumer.name or tostring(consumer.id), plan, model, backend,
                                 floor((now - req_start_time()) * 1000 + 0.5),
                                 s.connect_ms and floor(s.connect_ms + 0.5))

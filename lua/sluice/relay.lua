@@ -89,8 +89,8 @@ function _M.wanted(ctx)
         -- backend answer, so only the relay sees a backend's own 504 before it is
         -- sent, and falls back on it: intercepted()); never a stream, which the
         -- relay would read whole
-        local doc = ctx.request_doc
-        if ctx.fallback_to == nil or (doc and doc.stream == true) then
+        local doc = ctx.body.doc
+        if ctx.fallback.to == nil or (doc and doc.stream == true) then
             return false
         end
     end
@@ -175,7 +175,7 @@ function _M.intercepted(ctx, res)
         return nil
     end
     if (res.truncated and INTERCEPTED[status] and (res.body or "") == "")
-       or (status == 504 and ctx.fallback_to and not ctx.fallback) then
+       or (status == 504 and ctx.fallback.to and not ctx.fallback.taken) then
         errors.note(ctx, nil)   -- the converted 504 is dropped, and its type with it
         return status
     end

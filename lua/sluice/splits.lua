@@ -191,7 +191,7 @@ local function rewrite_body(ctx, from, to)
     local new, n = re_sub(body, [["model"\s*:\s*"]] .. quoted .. [["]],
                           '"model":"' .. to .. '"', "o")
     if not n or n == 0 then
-        local doc = ctx.request_doc
+        local doc = ctx.body.doc
         doc.model = to
         new = cjson.encode(doc)
         doc.model = from
@@ -234,9 +234,10 @@ function _M.choose(ctx, snap, endpoint, model_name, consumer)
     if not route then
         return model_name
     end
-    local target = _M.pick(route, ctx.attributes or consumer.attributes, consumer)
-    ctx.route = route.name
-    ctx.route_version = target
+    local target = _M.pick(route, ctx.caller.attributes or consumer.attributes, consumer)
+    local aim = ctx.target
+    aim.route = route.name
+    aim.route_version = target
     metrics.inc("sluice_route_requests_total", 1, route.name, target)
     if target ~= model_name and not endpoint.model_in_path then
         rewrite_body(ctx, model_name, target)
@@ -247,15 +248,17 @@ end
 -- Access phase: the request leaves as an async job naming `asked` (the route), not
 -- the version chosen above; give the body its model name back.
 function _M.unchoose(ctx, endpoint, asked)
-    local target = ctx.route_version
+    local target = ctx.target.route_version
     if target and target ~= asked and not endpoint.model_in_path then
         rewrite_body(ctx, target, asked)
     end
 end
 
 -- header_filter: which version answered, for callers comparing canary and stable.
+-- (A probe's plain ngx.ctx has no ctx.target.)
 function _M.header(ctx, header)
-    local target = ctx.route_version
+    local aim = ctx.target
+    local target = aim and aim.route_version
     if target then
         header["X-Sluice-Route-Version"] = target
     end

@@ -23,6 +23,8 @@ local pii = require("sluice.pii")
 local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
+local carry = require("sluice.carry")
+local stored = require("sluice.stored")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 
@@ -49,18 +51,19 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     -- unset, the variable reads "" (no header sent): written only when there is a
     -- credential, or one of an earlier pass (the fallback's) to clear
     local credential = backend.auth_header
-    if credential ~= "" or ctx.upstream_auth then
+    local held = ctx.backend
+    if credential ~= "" or held.upstream_auth then
         ngx_var.sluice_upstream_auth = credential
-        ctx.upstream_auth = credential ~= ""
+        held.upstream_auth = credential ~= ""
     end
     -- location / proxies without variables (proxy_pass http://sluice_backend: nothing
     -- to evaluate or parse per request): the caller's own URI as it came, or this one
     -- set as the request's URI. A relay's subrequest, @sluice_fallback and the TLS
     -- locations proxy to $sluice_upstream_uri.
     local uri = backend.base_path .. path
-    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback then
+    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback.taken then
         ngx_var.sluice_upstream_uri = uri
-    elseif uri ~= ctx.plain_path then
+    elseif uri ~= ctx.req.plain_path then
         req_set_uri(uri)
     end
     upstream_tls.set_vars(ctx, backend)
@@ -75,15 +78,39 @@ local function to_jobs(ctx, status, err_type, msg)
     return nil
 end
 
--- Strict requests (lua/sluice/strict.lua): nil, or 400 naming the bad param (OpenAI's
--- error type for OpenAI callers, so their clients read it as OpenAI's own).
+-- Strict requests (lua/sluice/strict.lua), and what the model's backends cannot
+-- carry (lua/sluice/carry.lua): nil, or 400 naming the bad param (OpenAI's error type
+-- for OpenAI callers, so their clients read it as OpenAI's own).
 local function refuse_malformed(endpoint, doc, model)
     local param, why = strict.check(endpoint.name, doc, strict.limit(model))
+    if not param then
+        param, why = carry.check_model(endpoint, doc, model)
+    end
     if not param then
         return nil
     end
     return 400, endpoint.caller == "openai" and "invalid_request_error" or "invalid_request",
            why, { param = param }
+end
+
+-- GET /v1/responses/{id}: through a backend of the model that keeps it (sluice.stored),
+-- unchanged; nothing counted (no tokens spent).
+function _M.read_stored(ctx, snap, consumer, endpoint)
+    local status, err_type, msg, extra, model_name = stored.model(snap, consumer)
+    if status then
+        return status, err_type, msg, extra
+    end
+    local aim = ctx.target
+    aim.model_name = model_name
+    local model = snap.models[model_name]
+    local pool = model.pools[endpoint.native]
+    local backend = balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        return 503, "backend_unavailable", "no backend of model " .. model_name
+               .. " is available"
+    end
+    aim.model = model
+    return _M.forward(ctx, endpoint, nil, model_name, pool, backend)
 end
 
 -- The access steps of a public request, in order. Each step returns a failure
@@ -99,7 +126,8 @@ function _M.admit(ctx)
     end
 
     local snap, moved = config.get()
-    ctx.moved = moved
+    local aim = ctx.target
+    aim.moved = moved
     if not snap then
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
@@ -111,12 +139,16 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     -- what routing conditions test: the consumer's attributes, JWT claims over them
-    ctx.attributes = attributes
-    ctx.consumer = consumer
+    local caller = ctx.caller
+    caller.attributes = attributes
+    caller.consumer = consumer
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end
 
+    if endpoint.stored then   -- GET /v1/responses/{id}
+        return _M.read_stored(ctx, snap, consumer, endpoint)
+    end
     if endpoint.method == "GET" then
         return catalog.serve(snap, consumer, path_model)
     end
@@ -131,7 +163,7 @@ function _M.admit(ctx)
     if not snap.models[model_name] and not snap.routes[model_name] then
         return 404, "not_found", "unknown model " .. model_name
     end
-    ctx.model_name = model_name
+    aim.model_name = model_name
     if relay.loops(snap, endpoint, model_name, doc) then
         delivery.loop(ctx)   -- nothing counted yet: the HTTP/1.1 pass counts it
         return nil
@@ -155,7 +187,7 @@ function _M.admit(ctx)
     end
     usage.count(ctx, endpoint, consumer, model_name)
 
-    local violated = content.check(snap, model_name, ctx.request_doc)
+    local violated = content.check(snap, model_name, ctx.body.doc)
     if violated then
         observe.policy_refused(model_name, violated)
         return 451, "policy_violation",
@@ -176,7 +208,7 @@ function _M.admit(ctx)
             return status, err_type, msg, extra
         end
     end
-    ctx.model_name = model_name
+    aim.model_name = model_name
 
     local hit_type, hit = cache.lookup(ctx, endpoint, doc, model, consumer)
     if hit_type then
@@ -189,14 +221,15 @@ function _M.admit(ctx)
         -- respond-async); either way the plan counts it when it runs, so what
         -- policy.check and usage.count took goes back (quotas count answers once).
         if status == 503 then
-            local buffer = not ctx.job_id and admission.buffers(snap, consumer)
-            if buffer or ctx.job_id then
+            local job_id = caller.job_id
+            local buffer = not job_id and admission.buffers(snap, consumer)
+            if buffer or job_id then
                 policy.undo(ctx)
                 usage.uncount(ctx)
             end
             if buffer then
                 splits.unchoose(ctx, endpoint, asked)
-                ctx.model_name = asked
+                aim.model_name = asked
                 return to_jobs(ctx, jobs.submit(snap, consumer, asked))
             end
         end
@@ -218,7 +251,7 @@ function _M.admit(ctx)
         return 503, "backend_unavailable",
                "no backend of model " .. model_name .. " is available"
     end
-    ctx.model = model
+    aim.model = model
     doc, msg = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
     if msg then
         return 500, "internal_error", "the request could not be masked"

@@ -9,6 +9,7 @@
 --   unified      the envelope (api_version, model_type, params.input, request_id)
 --                and the sampling fields inside params
 --   infer        input, params (an object) and the sampling fields inside it
+--   responses    the Responses API's fields (sluice/strict_responses.lua)
 --
 -- Sampling fields: temperature 0..2, top_p 0..1, presence_penalty and
 -- frequency_penalty -2..2, max_tokens and max_completion_tokens integers from 1 to
@@ -18,6 +19,7 @@
 --
 -- Pure Lua (cjson only): tests/lua/test_strict.lua runs it under plain luajit.
 local cjson = require("cjson.safe")
+local strict_responses = require("sluice.strict_responses")
 
 local type = type
 local floor = math.floor
@@ -250,7 +252,7 @@ end
 
 -- The endpoints check() reads the body of (the others pass any body, even none).
 local CHECKED = { chat = true, completions = true, embeddings = true, unified = true,
-                  infer = true }
+                  infer = true, responses = true }
 
 -- Does check() read the body of endpoint `endpoint_name`? (sluice.body: a body no step
 -- reads is not decoded.)
@@ -273,6 +275,8 @@ function _M.check(endpoint_name, doc, limit)
         local p, msg = text_or_tokens(doc.prompt, "prompt", false)
         if p then return p, msg end
         return sampling(doc, limit, "")
+    elseif endpoint_name == "responses" then
+        return strict_responses.check(doc, limit)
     elseif endpoint_name == "embeddings" then
         return text_or_tokens(doc.input, "input", true)
     elseif endpoint_name == "unified" then

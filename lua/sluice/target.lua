@@ -60,13 +60,14 @@ end
 -- otherwise. The unified envelope may name
 -- a `model_type` instead of a `model` (brief 000): the snapshot's `model_types` map
 -- says which model or route serves it; `model`, when present, wins.
--- Sets ctx.request_len, and ctx.request_doc when decoded.
+-- Sets ctx.body.len, and ctx.body.doc when decoded.
 function _M.model_name(ctx, endpoint, path_model, snap)
     local body, status, err_type, msg = read_body(ctx)
     if not body then
         return status, err_type, msg
     end
-    ctx.request_len = #body
+    local kept = ctx.body
+    kept.len = #body
     if endpoint.model_in_path and not needs_doc(snap, endpoint, path_model) then
         return nil, nil, nil, nil, path_model, nil   -- forwarded as it came
     end
@@ -76,7 +77,7 @@ function _M.model_name(ctx, endpoint, path_model, snap)
         return status, err_type, msg
     end
     -- kept for later steps (token reservation) so the body is decoded once
-    ctx.request_doc = doc
+    kept.doc = doc
     if endpoint.model_in_path then
         return nil, nil, nil, nil, path_model, doc
     end

@@ -51,6 +51,9 @@ local function requested_max(doc)
     if type(n) ~= "number" then
         n = doc.max_tokens
     end
+    if type(n) ~= "number" then
+        n = doc.max_output_tokens   -- the Responses API's name
+    end
     if type(n) == "number" and n >= 0 and n < 2 ^ 31 then
         return floor(n)
     end
@@ -99,6 +102,9 @@ local function take_usage(u, usage)
         return
     end
     local p, c = usage.prompt_tokens, usage.completion_tokens
+    if p == nil then   -- the Responses API's names
+        p, c = usage.input_tokens, usage.output_tokens
+    end
     local total = usage.total_tokens
     if type(total) ~= "number" then
         if type(p) ~= "number" or type(c) ~= "number" then
@@ -163,7 +169,8 @@ local function scan_sse(u, chunk)
                 if at and at < nl then
                     local event = cjson.decode(str_sub(buf, pos + 6, nl - 1))
                     if type(event) == "table" then
-                        take_usage(u, event.usage)
+                        local r = event.response   -- Responses' response.completed
+                        take_usage(u, type(r) == "table" and r.usage or event.usage)
                     end
                 end
             end

@@ -110,21 +110,22 @@ function _M.check_shared(backends_by_addr)
 end
 
 -- Access phase (after the upstream variables): TLS variables of backend `b` (sets
--- ngx.var, and ctx.upstream_tls: $sluice_upstream_tls is set). Where the request
+-- ngx.var, and ctx.backend.upstream_tls: $sluice_upstream_tls is set). Where the request
 -- goes then (its trust location, or a relay's twin of it) is ctx.delivery's
 -- (sluice.delivery), and phases.lua takes it there.
 function _M.set_vars(ctx, b)
     local t = b.tls
+    local held = ctx.backend
     if not t then
         -- unset reads "": plain; written only to clear an earlier pass's (fallback)
-        if ctx.upstream_tls then
+        if held.upstream_tls then
             ngx_var.sluice_upstream_tls = ""
-            ctx.upstream_tls = false
+            held.upstream_tls = false
         end
         return
     end
     ngx_var.sluice_upstream_tls = TLS
-    ctx.upstream_tls = true
+    held.upstream_tls = true
     ngx_var.sluice_tls_name = t.name
     if t.cert ~= "" then
         ngx_var.sluice_tls_cert = t.cert

@@ -34,7 +34,7 @@ def test_backend_field_messages(api, make):
                 "starting with a letter or digit",
         "url": "must be a URL of the form http[s]://host:port[/base]",
         "protocol": "must be one of: openai, predict, kserve_v2, tfserving, vendor, "
-                    "openai_realtime",
+                    "openai_responses, openai_realtime",
         "weight": "must be an integer between 0 and 1000",
         "enabled": "must be true or false",
         "colour": "is not a known field",

@@ -210,8 +210,8 @@ def receiver():
     r.close()
 
 
-@pytest.fixture
-def jobs_stack(db_url, amqp_url):
+@contextmanager
+def running_jobs_stack(db_url: str, amqp_url: str):
     """Async jobs (tests/integration/test_jobs*.py): API, controller, one gateway and
     one worker, on the session's broker; a chat model on a demo backend; consumers
     alice and bob with a key each."""
@@ -244,6 +244,22 @@ def jobs_stack(db_url, amqp_url):
     finally:
         s.teardown()
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def jobs_stack(module_db_url, amqp_url):
+    """A jobs stack (`running_jobs_stack`) shared by the module's tests, on a database
+    of the module's: each test makes rows under names of its own."""
+    with running_jobs_stack(module_db_url, amqp_url) as s:
+        yield s
+
+
+@pytest.fixture
+def own_jobs_stack(db_url, amqp_url):
+    """A jobs stack of the test's own: for a test that stops or restarts its worker or
+    API, or reads counts over all jobs."""
+    with running_jobs_stack(db_url, amqp_url) as s:
+        yield s
 
 
 @pytest.fixture

@@ -13,9 +13,13 @@ from waiting import eventually
 
 
 @pytest.fixture
-def client(jobs_stack):
-    _, key = jobs_stack.keys["alice"]
-    c = openai.OpenAI(api_key=key, base_url=jobs_stack.gateway.url + "/v1", max_retries=0)
+def client(request):
+    """The official client as alice, on the test's jobs stack (`own_jobs_stack` when it
+    asks for one, else the module's)."""
+    own = "own_jobs_stack" in request.fixturenames
+    stack = request.getfixturevalue("own_jobs_stack" if own else "jobs_stack")
+    _, key = stack.keys["alice"]
+    c = openai.OpenAI(api_key=key, base_url=stack.gateway.url + "/v1", max_retries=0)
     yield c
     c.close()
 
@@ -80,8 +84,8 @@ def test_batch_flow_with_the_official_client(jobs_stack, client):
     other.close()
 
 
-def test_cancel_a_batch(jobs_stack, client):
-    stack = jobs_stack
+def test_cancel_a_batch(own_jobs_stack, client):
+    stack = own_jobs_stack   # its worker is stopped
     stack.stop("worker")   # nothing runs: every line stays queued
     lines = [{"custom_id": f"c-{i}", "method": "POST", "url": "/v1/embeddings",
               "body": {"model": "chat-demo", "input": "x"}} for i in range(3)]

@@ -59,11 +59,11 @@ class _Held:
         assert [r.status_code for r in self.answers] == [200]
 
 
-def test_best_effort_requests_become_jobs_at_peak_and_quotas_count_once(jobs_stack):
+def test_best_effort_requests_become_jobs_at_peak_and_quotas_count_once(own_jobs_stack):
     """Daily quota 2: two requests buffered at peak both end in the model's answer
     (the buffering gave back what the plan counted; the job's run counts it once),
     and a third, synchronous and with room, is refused by the quota."""
-    stack = jobs_stack
+    stack = own_jobs_stack   # each builds the model narrow and saturates it
     url = _narrow(stack)
     key = _consumer(stack, "patient-bulk", priority="best_effort", buffer_at_peak=True,
                     daily_requests=2)
@@ -106,11 +106,11 @@ def test_best_effort_requests_become_jobs_at_peak_and_quotas_count_once(jobs_sta
     assert "daily request quota" in r.json()["error"]["message"]
 
 
-def test_without_the_flag_or_above_best_effort_requests_are_refused_as_before(jobs_stack):
+def test_without_the_flag_or_above_best_effort_requests_are_refused_as_before(own_jobs_stack):
     """No flag, or a standard class: 503 as before. A caller of a buffering plan who
     lowers itself to best_effort is buffered, also through a route (the job names the
     route, and its run is routed again)."""
-    stack = jobs_stack
+    stack = own_jobs_stack   # each builds the model narrow and saturates it
     url = _narrow(stack)
     plain = _consumer(stack, "bulk", priority="best_effort")
     standard = _consumer(stack, "std-buffer", priority="standard", queue_timeout_ms=0,

@@ -36,12 +36,25 @@ function T.msec_three_decimals()
     assert(accesslog.msec(1764435000.0996) == "1764435000.100")
 end
 
+-- A context as sluice.context makes it (its groups), with `fields` set and
+-- `in_groups` (group name -> fields) in its groups.
+local function context(fields, in_groups)
+    local ctx = { req = {}, caller = {}, target = {}, body = {}, backend = {}, cache = {},
+                  fallback = {} }
+    for k, v in pairs(fields) do ctx[k] = v end
+    for name, group in pairs(in_groups or {}) do
+        for k, v in pairs(group) do ctx[name][k] = v end
+    end
+    return ctx
+end
+
 -- Numbers read as tostring() writes them, whether whole and small (made once per
 -- worker and reused) or not: the second line of the same numbers reads the same.
 function T.numbers_as_tostring()
     for _ = 1, 2 do
-        local line = accesslog.line({ queue_ms = 2.5, usage = { prompt = 0 } }, 1764435000, "POST",
-                                    "/p", 503, nil, nil, nil, "m", "", 70000, 65535)
+        local line = accesslog.line(context({ usage = { prompt = 0 } },
+                                            { backend = { queue_ms = 2.5 } }),
+                                    1764435000, "POST", "/p", 503, nil, nil, nil, "m", "", 70000, 65535)
         local doc = assert(cjson.decode(line))
         assert(doc.status == "503" and doc.latency_ms == "70000" and doc.upstream_ms == "65535")
         assert(doc.queue_ms == "2.5" and doc.prompt_tokens == "0" and doc.completion_tokens == "")
@@ -52,21 +65,22 @@ end
 -- A line whose optional fields are absent reads as one whose fields are set empty
 -- (absent runs are written as one piece each).
 function T.absent_fields_read_as_empty_ones()
-    local empty = { request_id = "r", usage = { prompt = "", completion = "" },
-                    cache_status = "", error_type = "", excerpt = "", fallback = "",
-                    queue_ms = "", upstream_error = "", trace = { id = "t", span = "s" } }
-    local absent = { request_id = "r", trace = { id = "t", span = "s" } }
+    local empty = context({ request_id = "r", usage = { prompt = "", completion = "" },
+                            error_type = "", upstream_error = "",
+                            trace = { id = "t", span = "s" } },
+                          { cache = { logged = "" }, body = { excerpt = "" },
+                            fallback = { taken = "" }, backend = { queue_ms = "" } })
+    local absent = context({ request_id = "r", trace = { id = "t", span = "s" } })
     local args = { 1764435000.25, "POST", "/v1/x", 200, "10", "c", "p", "m", "b", 3, 2 }
     assert(accesslog.line(absent, unpack(args)) == accesslog.line(empty, unpack(args)))
-    for _, k in ipairs({ "prompt_tokens", "cache_status", "excerpt", "queue_ms" }) do
-        local one = { request_id = "r", trace = { id = "t", span = "s" } }
-        if k == "prompt_tokens" then
-            one.usage = { prompt = 7 }   -- the usage group (sluice.tokens)
-        else
-            one[k] = 7
-        end
+    -- each line's key, and where the context keeps it
+    local IN = { prompt_tokens = { "usage", "prompt" }, cache = { "cache", "logged" },
+                 excerpt = { "body", "excerpt" }, queue_ms = { "backend", "queue_ms" } }
+    for k, at in pairs(IN) do
+        local one = context({ request_id = "r", trace = { id = "t", span = "s" }, usage = {} })
+        one[at[1]][at[2]] = 7
         local doc = assert(cjson.decode(accesslog.line(one, unpack(args))))
-        assert(doc[k == "cache_status" and "cache" or k] == "7", k)
+        assert(doc[k] == "7", k)
     end
 end
 
@@ -77,9 +91,10 @@ local KEYS = { "time", "request_id", "consumer", "plan", "model", "route", "back
                "parent_span_id" }
 
 function T.line_fields_in_order()
-    local ctx = { request_id = "r1", route = "rt", usage = { prompt = 5, completion = 2 },
-                  cache_status = "MISS", error_type = nil, excerpt = 'say "hi"\n',
-                  trace = { id = "t", span = "s" } }
+    local ctx = context({ request_id = "r1", usage = { prompt = 5, completion = 2 },
+                          error_type = nil, trace = { id = "t", span = "s" } },
+                        { target = { route = "rt" }, cache = { logged = "MISS" },
+                          body = { excerpt = 'say "hi"\n' } })
     local line = accesslog.line(ctx, 1764435000.5, "POST", "/v1/chat/completions", 200,
                                 "530", "alice", "gold", "m", "b1", 12, 3)
     local doc = assert(cjson.decode(line))
@@ -94,6 +109,7 @@ function T.line_fields_in_order()
     assert(doc.upstream_ms == "3" and doc.prompt_tokens == "5" and doc.cache == "MISS")
     assert(doc.excerpt == 'say "hi"\n' and doc.error_type == "" and doc.parent_span_id == "")
     assert(doc.consumer == "alice" and doc.plan == "gold" and doc.bytes_sent == "530")
+    assert(doc.route == "rt", doc.route)
 end
 
 return T

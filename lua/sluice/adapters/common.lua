@@ -9,6 +9,8 @@
 -- Internal response (built by a backend adapter's response):
 --   { outputs = { ... },     -- one entry per input (strings for text kinds)
 --     usage = { prompt_tokens = n, completion_tokens = n } | nil }
+-- The chat form of both (ireq.chat: messages with tool calls, tools, tool_choice;
+-- ires.tool_calls, ires.finish) and its stream events: adapters/chat.lua.
 local cjson = require("cjson.safe")
 
 local type = type

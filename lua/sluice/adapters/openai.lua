@@ -3,6 +3,7 @@
 -- one text input from the predict-style endpoints.
 local cjson = require("cjson.safe")
 local common = require("sluice.adapters.common")
+local chat = require("sluice.adapters.chat")
 
 local ngx = ngx
 local ngx_time = ngx.time
@@ -64,6 +65,7 @@ function _M.decode(endpoint, doc, model)
             return nil, "the conversation needs a user message with text content"
         end
         ireq.messages, ireq.inputs = messages, { t }
+        ireq.tools, ireq.tool_choice = doc.tools, doc.tool_choice   -- (adapters/chat.lua)
     elseif endpoint.kind == "completion" then
         ireq.inputs, err = strings(doc.prompt, "prompt")
     else
@@ -84,8 +86,8 @@ _M.response_id = response_id
 function _M.respond(ireq, ires)
     local choices = {}
     if ireq.kind == "chat" then
-        choices[1] = { index = 0, finish_reason = "stop",
-                       message = { role = "assistant", content = text(ires.outputs[1]) } }
+        choices[1] = { index = 0, finish_reason = ires.finish or "stop",
+                       message = chat.message(ires) }
     else
         for i, out in ipairs(ires.outputs) do
             choices[i] = { index = i - 1, text = text(out), finish_reason = "stop",
@@ -105,9 +107,12 @@ end
 -- ---- backend side ---------------------------------------------------------------
 
 -- Internal request -> backend path and body, or nil, message (a 400: impossible pair).
--- Only non-native kinds get here ("predict"); OpenAI callers reach an OpenAI backend
--- unchanged.
+-- Only non-native kinds get here ("predict"), and the chat form of other caller APIs
+-- (adapters/chat.lua); OpenAI callers reach an OpenAI backend unchanged.
 function _M.request(ireq, _, model_name)
+    if ireq.chat then
+        return chat.request(ireq, model_name)
+    end
     if #ireq.inputs ~= 1 or type(ireq.inputs[1]) ~= "string" then
         return nil, "model " .. model_name .. " is a chat model: send exactly one text input"
     end
@@ -117,7 +122,10 @@ function _M.request(ireq, _, model_name)
     return "/v1/chat/completions", body
 end
 
-function _M.response(doc)
+function _M.response(doc, ireq)
+    if ireq and ireq.chat then
+        return chat.response(doc)
+    end
     local choices = doc.choices
     if not is_list(choices) or type(choices[1]) ~= "table" then
         return nil, "answer has no choices"
@@ -133,6 +141,18 @@ function _M.response(doc)
     end
     return { outputs = { content }, usage = usage }
 end
+
+-- A chat-form request streams when its caller asked (adapters/stream.lua).
+function _M.streams(ireq)
+    return ireq.chat == true and ireq.stream == true
+end
+
+function _M.events(doc)
+    return chat.events(doc)
+end
+
+-- OpenAI backends take tools (sluice.carry).
+_M.tools = true
 
 function _M.error_message(doc)
     local e = doc.error

@@ -58,10 +58,10 @@ end
 
 -- GET /headers: what sluice.headers.read sets in a context, as JSON.
 function _M.echo_headers()
-    local ctx = {}
-    headers.read(ctx)
-    ngx.say(cjson.encode({ authorization = ctx.authorization, rare_headers = ctx.rare_headers,
-                           request_uri = ctx.request_uri }))
+    local req = {}
+    headers.read({ req = req })
+    ngx.say(cjson.encode({ authorization = req.authorization, rare_headers = req.rare_headers,
+                           request_uri = req.request_uri }))
 end
 
 -- Sends `raw` (a whole HTTP/1.1 request, "Connection: close") to this nginx and
@@ -98,6 +98,7 @@ end
 function _M.choose()
     local pool = _M.pools[ngx.var.arg_pool]
     local ctx = ngx.ctx
+    ctx.target, ctx.backend = {}, {}   -- the groups balancer.choose writes and reads
     if not pool or not balancer.choose(ctx, pool, pool.cfg) then
         return ngx.exit(503)
     end
@@ -109,7 +110,8 @@ end
 
 -- X-Tried: the ids of the backends tried, in order ("1" or "1,2").
 function _M.tried_header()
-    local ids = ngx.ctx.tried_ids
+    local held = ngx.ctx.backend   -- nil: refused before balancer.choose
+    local ids = held and held.tried_ids
     if ids then
         ngx.header["X-Tried"] = type(ids) == "table" and concat(ids, ",") or ids
     end

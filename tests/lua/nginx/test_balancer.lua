@@ -37,11 +37,12 @@ local function shares(pool, n)
     local count = {}
     for i = 1, pool.n do count[i] = 0 end
     for _ = 1, n do
-        local ctx = {}
+        local ctx = { target = {}, backend = {} }
         local b = balancer.choose(ctx, pool, pool.cfg)
         assert(b, "no backend chosen")
-        assert(ctx.pool == pool and pool.backends[ctx.backend_index] == b)
-        count[ctx.backend_index] = count[ctx.backend_index] + 1
+        local held = ctx.backend
+        assert(held.pool == pool and pool.backends[held.index] == b)
+        count[held.index] = count[held.index] + 1
     end
     return count
 end
@@ -89,11 +90,11 @@ function T.all_open_gives_no_backend_and_the_wait()
     for i = 1, 2 do
         for _ = 1, 2 do breaker.record(pool.backends[i].id_s, false, cfg) end
     end
-    local b, wait = balancer.choose({}, pool, cfg)
+    local b, wait = balancer.choose({ target = {}, backend = {} }, pool, cfg)
     assert(b == nil and wait and wait >= 19 and wait <= 20, tostring(wait))
     -- drained (weight 0) rather than open: no wait to give
     local drained = pool_of({ { weight = 0 } })
-    b, wait = balancer.choose({}, drained, drained.cfg)
+    b, wait = balancer.choose({ target = {}, backend = {} }, drained, drained.cfg)
     assert(b == nil and wait == nil)
 end
 

@@ -76,10 +76,10 @@ end
 
 function T.the_walk_in_this_request()
     -- this request (GET /run) carries no Authorization
-    local ctx = {}
-    require("sluice.headers").read(ctx)
-    assert(ctx.authorization == nil and ctx.rare_headers == false)
-    assert(ctx.request_uri:find("^/run%?file=test_headers"), ctx.request_uri)
+    local req = {}
+    require("sluice.headers").read({ req = req })
+    assert(req.authorization == nil and req.rare_headers == false)
+    assert(req.request_uri:find("^/run%?file=test_headers"), req.request_uri)
 end
 
 return T

@@ -34,7 +34,7 @@ end
 -- and keeps what the wait returned in `res[label]`.
 local function waiter(pool, class, who, label, done, res, bound, cap)
     return ngx.thread.spawn(function()
-        local ctx = {}
+        local ctx = { backend = {} }
         local status, typ, msg, extra = queue.wait(ctx, pool, "m", RANK[class], class, who,
                                                    bound or 5, cap or 1)
         res[label] = { ctx = ctx, status = status, type = typ, msg = msg, extra = extra }
@@ -67,13 +67,14 @@ function T.highest_class_first()
     for _, label in ipairs(done) do
         local r = res[label]
         assert(r.status == nil, label .. ": " .. tostring(r.status) .. " " .. tostring(r.msg))
-        assert(r.ctx.queue_slot == pool and type(r.ctx.queue_ms) == "number")
+        local held = r.ctx.backend
+        assert(held.queue_slot == pool and type(held.queue_ms) == "number")
     end
     -- each grant is a reservation until the balancer claims it
     assert(queue.reserved(pool) == 3, queue.reserved(pool))
     for _, label in ipairs(done) do
         queue.claim(res[label].ctx)
-        assert(res[label].ctx.queue_slot == nil)
+        assert(res[label].ctx.backend.queue_slot == nil)
     end
     assert(queue.reserved(pool) == 0, queue.reserved(pool))
     d = queue.depth(pool)
@@ -95,7 +96,7 @@ end
 
 function T.a_wait_ends_at_its_bound()
     local pool = fresh_pool()
-    local ctx = {}
+    local ctx = { backend = {} }
     local started = ngx.now()
     local status, typ, msg, extra = queue.wait(ctx, pool, "chat", 2, "standard", "c", 0.05, 1)
     ngx.update_time()
@@ -103,7 +104,8 @@ function T.a_wait_ends_at_its_bound()
     assert(msg == "model chat is saturated; no slot came free within 50 ms", msg)
     assert(extra.retry_after == 1)
     assert(ngx.now() - started >= 0.04, "returned before its bound")
-    assert(ctx.queue_slot == nil and ctx.queue_ms >= 40, tostring(ctx.queue_ms))
+    local held = ctx.backend
+    assert(held.queue_slot == nil and held.queue_ms >= 40, tostring(held.queue_ms))
     local d = queue.depth(pool)
     assert(d[1] == 0 and d[2] == 0 and d[3] == 0, "a timed-out waiter is still counted")
     -- a later grant does not go to the waiter that left
@@ -156,7 +158,7 @@ function T.a_reservation_never_used_goes_back_to_the_next_waiter()
     assert(done[1] == "first" and queue.reserved(pool) == 1)
     -- its request ended before the balancer (log phase): the slot goes on
     queue.release(res.first.ctx, pool)
-    assert(res.first.ctx.queue_slot == nil)
+    assert(res.first.ctx.backend.queue_slot == nil)
     eventually(function() return #done == 2 end, "the second grant")
     assert(done[2] == "second" and queue.reserved(pool) == 1, queue.reserved(pool))
     queue.claim(res.second.ctx)

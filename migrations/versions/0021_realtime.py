@@ -4,8 +4,8 @@ plans.realtime_sessions (open at once per consumer, per gateway) and
 plans.realtime_session_s (the longest a session may last); NULL: no cap; and
 usage_daily.session_seconds (realtime sessions' length, each rounded up to a second).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -13,14 +13,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
-OLD_PROTOCOLS = "protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor')"
+OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
+                 "'openai_responses')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_realtime')")
+                 "'openai_responses', 'openai_realtime')")
 
 
 def upgrade() -> None:
