@@ -10,13 +10,15 @@ from typing import Any
 
 from sqlalchemy.orm import Session, object_session
 
-from control_plane.admin.forms import Input
+from control_plane.admin.forms import Input, form_values
+from control_plane.api.backend_fields import to_row as backend_to_row
 from control_plane.api.fleet import gateway_renderer
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
                                        JwtIssuerSchema, KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
 from control_plane.api.views import db
+from control_plane.services import presets
 from control_plane.services.resources import (BACKENDS, CONSUMERS, GATEWAYS, JWT_ISSUERS,
                                               KEYS, MAPPINGS, MODELS, PLANS, Resource)
 from control_plane.services.routes import ROUTES
@@ -111,6 +113,26 @@ def _route_values(r: Route) -> dict[str, Any]:
             "versions": json.dumps(versions, indent=1, ensure_ascii=False)}
 
 
+def _preset_choices(_session: Session) -> list[tuple[str, str]]:
+    out = []
+    for p in presets.PRESETS.values():
+        note = ", ".join(p.needs()) if p.available else f"needs the {p.protocol} protocol"
+        out.append((p.name, f"{p.title} ({p.protocol}; {note})"))
+    return out
+
+
+def _backend_values(b: Any) -> dict[str, Any]:
+    """A backend's edit form: the columns a preset filled, shown as they are stored
+    (emptied, one is left alone). The preset and its values are for creating only."""
+    values = form_values(b, PAGES["backends"].inputs)
+    for name in ("url", "protocol", "auth_header_name", "query"):
+        values[name] = getattr(b, name) or ""
+    for name in ("headers", "paths"):
+        value = getattr(b, name)
+        values[name] = json.dumps(value, indent=1, ensure_ascii=False) if value else ""
+    return values
+
+
 def _limit_input(name: str, label: str, help: str) -> Input:
     return Input(name, label, "number", blank_is_null=True, help=help + " Empty: unlimited.")
 
@@ -138,10 +160,40 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
          inputs=[Input("name", "Name", required=True),
                  Input("model_id", "Model", "ref", required=True,
                        choices=_model_choices),
-                 Input("url", "URL", required=True,
-                       help="http[s]://host:port[/base path]"),
-                 Input("protocol", "Protocol", "select", required=True,
-                       choices=lambda _s: [(p, p) for p in PROTOCOLS]),
+                 Input("preset", "Preset", "select", blank_is_absent=True, create_only=True,
+                       choices=_preset_choices,
+                       help="A hosted vendor (docs/presets.md): it fills the protocol, "
+                            "URL, key header, headers, paths and query from the values "
+                            "below; a field you fill yourself wins. Empty: none."),
+                 Input("api_key", "Vendor API key", "secret", create_only=True,
+                       help="With a preset: the vendor's key, sent in the header and form "
+                            "the preset names. Write-only."),
+                 Input("base_url", "Base URL", blank_is_absent=True, create_only=True,
+                       help="With a preset: the server's URL when it is not the vendor's "
+                            "own (vLLM, SGLang, a proxy)."),
+                 Input("resource", "Azure resource", blank_is_absent=True, create_only=True,
+                       help="Azure OpenAI: https://<resource>.openai.azure.com"),
+                 Input("deployment", "Azure deployment", blank_is_absent=True, create_only=True),
+                 Input("api_version", "Azure api-version", blank_is_absent=True, create_only=True,
+                       help=f"Empty: {presets.AZURE_API_VERSION}."),
+                 Input("upstream_model", "Vendor model", blank_is_absent=True, create_only=True,
+                       help="Gemini: the model in the URL, e.g. gemini-2.0-flash."),
+                 Input("url", "URL", blank_is_absent=True,
+                       help="http[s]://host:port[/base path] (required without a preset)"),
+                 Input("protocol", "Protocol", "select", blank_is_absent=True,
+                       choices=lambda _s: [(p, p) for p in PROTOCOLS],
+                       help="Required without a preset."),
+                 Input("auth_header_name", "Key header", blank_is_absent=True,
+                       help="The header the credential goes in. Empty: Authorization "
+                            "(or the preset's)."),
+                 Input("headers", "Other headers (JSON)", "json", blank_is_absent=True,
+                       help='Sent as they are, e.g. {"anthropic-version": "2023-06-01"}. '
+                            "Not secret: shown here."),
+                 Input("paths", "Path map (JSON)", "json", blank_is_absent=True,
+                       help='The gateway\'s paths to the backend\'s, e.g. '
+                            '{"/v1/chat/completions": "/chat/completions"}.'),
+                 Input("query", "Query string", blank_is_absent=True,
+                       help="Sent with every request, e.g. api-version=2024-10-21."),
                  Input("mapping_id", "Mapping", "ref", choices=_mapping_choices,
                        blank_is_null=True,
                        help="Only for protocol vendor: how its API is spoken."),
@@ -179,10 +231,12 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda b: b.name), ("Model", lambda b: b.model.name),
                   ("URL", lambda b: b.url), ("Protocol", lambda b: b.protocol),
+                  ("Preset", lambda b: b.preset or "—"),
                   ("Weight", lambda b: b.weight if b.weight else "0 (drained)"),
                   ("Credential", lambda b: "set" if b.auth_header is not None else "—"),
                   ("TLS", lambda b: _tls_summary(b)),
-                  ("Enabled", lambda b: _yes(b.enabled))]),
+                  ("Enabled", lambda b: _yes(b.enabled))],
+         to_row=backend_to_row, edit_values=lambda b: _backend_values(b)),
     Page("mappings", "Mappings", "mapping", MAPPINGS, MappingSchema(),
          inputs=[Input("name", "Name", required=True),
                  Input("path", "Path", required=True,

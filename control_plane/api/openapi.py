@@ -185,6 +185,17 @@ _QUEUE_DEPTH = {"type": "object", "additionalProperties": {"type": "integer", "m
                 "description": "critical, standard, best_effort (and total)"}
 
 
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+_PRESET = _object(
+    name={"type": "string"}, title={"type": "string"}, protocol={"type": "string"},
+    available={"type": "boolean"}, url={"type": ["string", "null"]},
+    auth_header_name={"type": "string"}, auth_format={"type": "string"},
+    key_required={"type": "boolean"}, headers=_STRINGS, paths=_STRINGS,
+    query={"type": ["string", "null"]}, defaults=_STRINGS,
+    needs={"type": "array", "items": {"type": "string"}}, probed={"type": "boolean"},
+    docs={"type": "string"})
+
+
 def _other_paths() -> dict[str, Any]:
     p = API_PREFIX
     page = {"type": "object", "required": ["items"],
@@ -196,6 +207,10 @@ def _other_paths() -> dict[str, Any]:
     return {
         p + "/config": _get("config", "config_version", _object(version={"type": "integer"}),
                             summary="the configuration version"),
+        p + "/backend-presets": _get("config", "list_backend_presets",
+                                     _object(items={"type": "array", "items": _PRESET}),
+                                     summary="hosted vendors a backend can be created "
+                                             "from (\"preset\": name)"),
         p + "/snapshot": _get("config", "get_snapshot",
                               _object(version={"type": "integer"}),
                               summary="the snapshot the gateways get, secrets redacted"),

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from control_plane.api import validation as v
+from control_plane.api.backend_fields import PRESET_FIELDS, SHAPE_FIELDS
 from control_plane.api.validation import Field, described
 from control_plane.clients import backend_tls
 from control_plane.services import jwt_keys
@@ -100,8 +101,9 @@ class BackendSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
         "model_id": Field(v.identifier, required=True),
-        "url": Field(v.http_url(allow_path=True, https=True), required=True),
-        "protocol": Field(v.one_of(*PROTOCOLS), required=True),
+        # both required, unless a preset fills them (api/backend_fields.py)
+        "url": Field(v.http_url(allow_path=True, https=True)),
+        "protocol": Field(v.one_of(*PROTOCOLS)),
         # required when protocol is "vendor", refused otherwise (services check)
         "mapping_id": Field(v.identifier, nullable=True),
         "weight": Field(v.integer(0, MAX_WEIGHT)),
@@ -125,6 +127,8 @@ class BackendSchema(Schema):
         # tls_client_key_set
         "tls_client_cert": Field(_PEM_CERTS, nullable=True, write_only=True),
         "tls_client_key": Field(_PEM_KEY, nullable=True, write_only=True),
+        # how a hosted vendor wants its requests, and a preset's values
+        **SHAPE_FIELDS, **PRESET_FIELDS,
     }
     update = {k: Field(f.parse, nullable=f.nullable, write_only=f.write_only)
               for k, f in create.items()}
@@ -146,6 +150,8 @@ class BackendSchema(Schema):
                 "tls_server_name": b.tls_server_name,
                 "tls_client_cert_set": b.tls_client_cert is not None,
                 "tls_client_key_set": b.tls_client_key is not None,
+                "preset": b.preset, "auth_header_name": b.auth_header_name,
+                "headers": b.headers, "paths": b.paths, "query": b.query,
                 "created_at": iso(b.created_at), "updated_at": iso(b.updated_at)}
 
 

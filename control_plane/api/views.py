@@ -10,6 +10,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from sqlalchemy.orm import Session
 
+from control_plane.api import backend_fields
 from control_plane.api import fleet as fleet_api
 from control_plane.api import telemetry as telemetry_api
 from control_plane.api.errors import ApiError
@@ -18,7 +19,7 @@ from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPol
                                        ModelSchema, ModelTypeSchema, PlanSchema, Schema)
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError, identifier, validate
-from control_plane.services import snapshot
+from control_plane.services import presets, snapshot
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, CONTENT_POLICIES, GATEWAYS,
                                               JWT_ISSUERS, KEYS, MAPPINGS, MODEL_TYPES, MODELS,
@@ -188,7 +189,7 @@ def register_resource(path: str, resource: Resource, schema: Schema,
 
 
 register_resource("/models", MODELS, ModelSchema())
-register_resource("/backends", BACKENDS, BackendSchema())
+register_resource("/backends", BACKENDS, BackendSchema(), to_row=backend_fields.to_row)
 register_resource("/mappings", MAPPINGS, MappingSchema())
 register_resource("/model-types", MODEL_TYPES, ModelTypeSchema())
 register_resource("/consumers", CONSUMERS, ConsumerSchema())
@@ -212,6 +213,12 @@ def create_key() -> tuple[Response, int]:
 
 register_resource("/keys", KEYS, _key_schema, create_view=create_key,
                   created_shows={"key": {"type": "string"}})
+
+
+@bp.get("/backend-presets")
+def backend_presets() -> Response:
+    """The hosted vendors a backend can be created from (services/presets.py)."""
+    return jsonify({"items": presets.listing()})
 
 
 @bp.get("/config")

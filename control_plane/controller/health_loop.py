@@ -13,6 +13,8 @@ Probes (GET, SLUICE_HEALTH_TIMEOUT each, the backend's Host and credentials):
     tfserving   {base}/v1/models/{m}         a model_version_status AVAILABLE ready,
                                              LOADING or START loading
     vendor      not probed (no standard readiness endpoint): never marked
+    (and a backend made from a hosted vendor's preset, "probe": false in the snapshot:
+    OpenAI, Azure, Gemini, ... have no model server's readiness endpoint)
 
 Anything else (refused, timed out, another status) is `unreachable`: shown in the admin
 API and /metrics, but routing around failures stays the circuit breaker's job, so
@@ -137,7 +139,8 @@ class HealthLoop:
     def probe(self, settings: Settings, snapshot: dict[str, Any]) -> dict[str, tuple[str, str]]:
         """(state, detail) per backend id, from probing every backend of `snapshot`."""
         targets = [(name, b) for name, m in snapshot["models"].items()
-                   for b in m["backends"] if probe_path(b["protocol"], name)]
+                   for b in m["backends"]
+                   if probe_path(b["protocol"], name) and b.get("probe", True)]
         results = parallel(targets, lambda t: self._probe(t[0], t[1], settings))
         return {str(b["id"]): result for (_, b), result in zip(targets, results)}
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from control_plane.clients import backend_tls
 from control_plane.services import routes
-from control_plane.services import affinity
+from control_plane.services import affinity, presets
 from control_plane.services.config_state import current_version
 from control_plane.settings import Settings
 from control_plane.tables.config import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
@@ -53,6 +53,11 @@ def backend_entry(backend: Backend) -> dict[str, Any]:
         "base_path": parts.path.rstrip("/"),
         "weight": backend.weight,
         **({"auth_header": backend.auth_header} if backend.auth_header else {}),
+        # a hosted vendor's request shape (services/presets.py; lua/sluice/shape.lua)
+        **{k: getattr(backend, k) for k in ("auth_header_name", "headers", "paths", "query")
+           if getattr(backend, k)},
+        # a hosted vendor's: the controller's health checks leave it alone
+        **({} if presets.probed(backend.preset) else {"probe": False}),
         **({"mapping": backend.mapping.name} if backend.mapping is not None else {}),
         **({"max_in_flight": backend.max_in_flight}
            if backend.max_in_flight is not None else {}),

@@ -15,7 +15,7 @@ from control_plane.tables.base import Base, Timestamps
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 # openai_realtime: OpenAI's Realtime API over a WebSocket (GET /v1/realtime only)
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor", "openai_responses",
-             "openai_realtime")
+             "gemini", "openai_realtime")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
 # How long a request of each class waits in the gateway for a slot of a saturated pool
@@ -102,6 +102,15 @@ class Backend(Timestamps, Base):
     # The Authorization value the gateway sends to this backend (the caller's never
     # reaches it). A secret: write-only in the admin API.
     auth_header: Mapped[str | None] = mapped_column(Text)
+    # How a hosted vendor wants its requests (services/presets.py fills them from a
+    # preset): the header auth_header goes in (NULL: Authorization), other headers
+    # sent as they are, the gateway's backend paths mapped to the vendor's, and a
+    # query string sent with every request. `preset` names the preset used, if any.
+    preset: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    auth_header_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    headers: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
+    paths: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
+    query: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     # https:// backends only (services check). Verify the backend's certificate
     # against tls_ca (PEM; NULL: the system store) under tls_server_name (NULL: the
     # URL's host, also sent as SNI). Off only when an operator says so.

@@ -88,10 +88,11 @@ _M.refresh = refresh   -- admission.lua reads pool.eff too
 
 -- Can a retry go from backend `a` to backend `b`? It reuses the request nginx
 -- already built: the URI (base_path) and the credentials header must fit, and the
--- location and TLS variables (scheme, trust set, name, client pair: tls_id).
+-- location and TLS variables (scheme, trust set, name, client pair: tls_id), and a
+-- hosted vendor's headers, paths and query (shape_id: sluice.shape).
 local function interchangeable(a, b)
     return a.base_path == b.base_path and a.auth_header == b.auth_header
-           and a.tls_id == b.tls_id
+           and a.tls_id == b.tls_id and a.shape_id == b.shape_id
 end
 
 -- Index of the next backend (smooth weighted round-robin, sluice/swrr.lua),

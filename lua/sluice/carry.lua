@@ -4,7 +4,7 @@
 -- parameter, never a silent drop.
 --
 --   tools                 only to backends that take tools (openai, openai_responses,
---                         anthropic); a predict, KServe, TF Serving or vendor backend
+--                         anthropic, gemini); a predict, KServe, TF Serving or vendor backend
 --                         cannot call them
 --   previous_response_id  (and conversation, background, prompt) on /v1/responses:
 --                         only to a backend that speaks Responses natively
@@ -12,7 +12,7 @@ local responses = require("sluice.adapters.responses")
 
 local type = type
 
-local TOOLS = { openai = true, openai_responses = true, anthropic = true }
+local TOOLS = { openai = true, openai_responses = true, anthropic = true, gemini = true }
 
 local _M = {}
 

@@ -14,6 +14,7 @@ local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
 local upstream_tls = require("sluice.upstream_tls")
+local shape = require("sluice.shape")
 local same = require("sluice.same").same
 local moved = require("sluice.moved")
 
@@ -48,6 +49,20 @@ local cached, cached_doc, cached_gen, cached_moved
 
 -- Returns true, or nil and a message naming the first bad field (sluice.validate).
 _M.validate = validate.snapshot
+
+-- A backend's credential as $sluice_upstream_auth carries it: an `anthropic`
+-- backend's key goes as X-API-Key (nginx.conf.tmpl maps the "x-api-key:" mark),
+-- its "Bearer " prefix, if any, left off; every other's is the Authorization header.
+local function credential(b)
+    local value = b.auth_header
+    if not value then
+        return ""
+    end
+    if b.protocol == "anthropic" then
+        return "x-api-key:" .. (value:match("^Bearer%s+(.+)$") or value)
+    end
+    return value
+end
 
 -- One model of decoded snapshot `s` -> what the hot path reads. Pools hold only
 -- backends with weight > 0 (and, for https, whose trust location is loaded);
@@ -86,11 +101,13 @@ local function compile_model(s, name, m, maps)
                 port = b.port,
                 host_header = b.host_header or (b.host .. ":" .. b.port),
                 base_path = b.base_path or "",
-                auth_header = b.auth_header or "",
+                auth_header = credential(b),
                 max_in_flight = admission.capacity_of(b),
                 tls = tls,                     -- nil for http://
                 tls_id = tls and tls.id or "",
             }
+            -- a hosted vendor's key header, other headers, paths and query (sluice.shape)
+            shape.attach(pool.backends[n], b)
             pool.weights[n] = b.weight
             pool.current[n] = 0
             pool.eff[n] = b.weight

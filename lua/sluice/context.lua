@@ -54,7 +54,7 @@
 --    .doc, .len          target (fallback: re-encoded)  decoded body (nil when no step reads it: a
 --                                        path-named model forwarded unchanged), its length
 --    .excerpt            pii             masked start of the body, when enabled
---  backend               balancer, admission, queue, steps, upstream_tls  the backend and what the
+--  backend               balancer, admission, queue, steps, upstream_tls, shape  the backend and what the
 --                                        request holds of it
 --    .pool, .index, .breaker_cfg  balancer  the chosen backend: its pool, its index in `pool.backends`,
 --                                        the snapshot's breaker settings
@@ -68,6 +68,8 @@
 --                                        then, or to clear one)
 --    .upstream_tls       upstream_tls    `$sluice_upstream_tls` is set: the backend is https (written only
 --                                        then, or to clear it)
+--    .shape              shape           a vendor's headers or query string are on the request (written
+--                                        only then, or once they are cleared)
 --    .realtime           realtime        a `/v1/realtime` session: its caps, its backend and that WebSocket,
 --                                        bytes and events each way, how it closed (`realtime_pump` writes
 --                                        its fields once open); for these requests `realtime` writes

@@ -49,6 +49,7 @@ local BACKENDS = {
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
     openai_responses = require("sluice.adapters.responses_backend"),
+    gemini = require("sluice.adapters.gemini"),
 }
 
 -- Backend 4xx on a converted pair -> what the caller gets. The caller's key is fine

@@ -27,6 +27,7 @@ local carry = require("sluice.carry")
 local stored = require("sluice.stored")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
+local shape = require("sluice.shape")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -60,6 +61,7 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     -- to evaluate or parse per request): the caller's own URI as it came, or this one
     -- set as the request's URI. A relay's subrequest, @sluice_fallback and the TLS
     -- locations proxy to $sluice_upstream_uri.
+    path = shape.apply(ctx, backend, path)   -- a hosted vendor's headers, path and query
     local uri = backend.base_path .. path
     if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback.taken then
         ngx_var.sluice_upstream_uri = uri

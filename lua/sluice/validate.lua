@@ -12,6 +12,7 @@ local admission = require("sluice.admission")
 local realtime_plans = require("sluice.realtime_plans")
 local x509 = require("openssl.x509")
 local pkey = require("openssl.pkey")
+local shape = require("sluice.shape")
 
 local re_find = ngx.re.find
 local type = type
@@ -23,8 +24,9 @@ local floor = math.floor
 local json_null = cjson.null
 
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
-                    vendor = true, openai_responses = true, openai_realtime = true }
-local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, "
+                    vendor = true, openai_responses = true, gemini = true,
+                    openai_realtime = true }
+local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini, "
                        .. "openai_realtime"
 local SCHEMES = { http = true, https = true }
 
@@ -126,7 +128,7 @@ local function validate_backend(b, where, maps)
                                  or re_find(b.auth_header, [=[[\x00-\x1f\x7f]]=], "jo")) then
         return where .. ".auth_header: must be a non-empty single-line string"
     end
-    return nil
+    return shape.validate(b, where)   -- a hosted vendor's headers, paths and query
 end
 
 -- Returns true, or nil and a message naming the first bad field.

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from control_plane.tables.config import PROTOCOLS
+
 
 def _fields(resp):
     assert resp.status_code == 422, resp.get_json()
@@ -14,7 +16,8 @@ def _fields(resp):
 
 @pytest.mark.parametrize("kind,required", [
     ("models", {"name"}),
-    ("backends", {"name", "model_id", "url", "protocol"}),
+    # url and protocol: required without a preset (tests/api/test_presets.py)
+    ("backends", {"name", "model_id"}),
     ("consumers", {"name"}),
     ("keys", {"consumer_id"}),
     ("gateways", {"name", "internal_url"}),
@@ -33,8 +36,7 @@ def test_backend_field_messages(api, make):
         "name": "must be 1-128 characters of letters, digits and . _ : / -, "
                 "starting with a letter or digit",
         "url": "must be a URL of the form http[s]://host:port[/base]",
-        "protocol": "must be one of: openai, predict, kserve_v2, tfserving, vendor, "
-                    "openai_responses, openai_realtime",
+        "protocol": "must be one of: " + ", ".join(PROTOCOLS),
         "weight": "must be an integer between 0 and 1000",
         "enabled": "must be true or false",
         "colour": "is not a known field",

@@ -159,7 +159,11 @@ function _M.error_message(doc)
     if type(e) == "table" and type(e.message) == "string" then
         return e.message
     end
-    return type(e) == "string" and e or nil
+    if type(e) == "string" then
+        return e
+    end
+    -- Mistral, vLLM and SGLang answer {"object": "error", "message": ...}
+    return type(doc.message) == "string" and doc.message or nil
 end
 
 return _M

@@ -4,8 +4,8 @@ plans.realtime_sessions (open at once per consumer, per gateway) and
 plans.realtime_session_s (the longest a session may last); NULL: no cap; and
 usage_daily.session_seconds (realtime sessions' length, each rounded up to a second).
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
 OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses')")
+                 "'openai_responses', 'gemini')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses', 'openai_realtime')")
+                 "'openai_responses', 'gemini', 'openai_realtime')")
 
 
 def upgrade() -> None:
