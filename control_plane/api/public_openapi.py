@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from control_plane.api import public_anthropic
 from control_plane.api.public_schemas import MODEL_NAME, SCHEMAS, _ref
 
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "public-openapi.json"
@@ -197,6 +198,7 @@ PATHS: dict[str, Any] = {
     "/v1/batches/{id}/cancel": {"parameters": _ID,
                                 "post": _plain("cancel_batch", "cancel a batch's queued "
                                                "lines", "Batch")},
+    **public_anthropic.paths(_errors()),
 }
 
 
@@ -209,7 +211,7 @@ def document() -> dict[str, Any]:
                                 "\"retry_after\", \"request_id\"}}."},
         "security": [{"bearer": []}, {"apiKey": []}],
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **public_anthropic.SCHEMAS},
             "headers": HEADERS,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",

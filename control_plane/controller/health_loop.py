@@ -59,7 +59,8 @@ def probe_path(protocol: str, model: str) -> str | None:
     m = quote(model, safe="")
     return {"openai": "/health", "openai_responses": "/health", "openai_realtime": "/health",
             "predict": f"/v1/models/{m}",
-            "kserve_v2": f"/v2/models/{m}/ready", "tfserving": f"/v1/models/{m}"}.get(protocol)
+            "kserve_v2": f"/v2/models/{m}/ready", "tfserving": f"/v1/models/{m}",
+            "anthropic": "/v1/models"}.get(protocol)
 
 
 def classify(protocol: str, status: int, doc: Any) -> tuple[str, str]:
@@ -177,7 +178,12 @@ class HealthLoop:
         url = f"{b.get('scheme', 'http')}://{b['host']}:{b['port']}{b.get('base_path', '')}" \
               + probe_path(b["protocol"], model)
         headers = {"Host": b.get("host_header") or f"{b['host']}:{b['port']}"}
-        if b.get("auth_header"):
+        if b.get("auth_header") and b["protocol"] == "anthropic":
+            # its key as X-API-Key, as the gateway sends it (lua/sluice/config.lua)
+            key = b["auth_header"]
+            headers["X-API-Key"] = key[7:] if key.startswith("Bearer ") else key
+            headers["anthropic-version"] = "2023-06-01"
+        elif b.get("auth_header"):
             headers["Authorization"] = b["auth_header"]
         try:
             r = self.backends.get(url, BackendTLS.from_snapshot(b), headers=headers,

@@ -7,6 +7,8 @@ are described in ``control_plane/demo/protocols.py``):
 - ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming,
   ``control_plane/demo/openai_chat.py``) and ``GET /v1/models``. The answer echoes the
   last user message as ``"echo: <text>"``.
+- ``anthropic``: Anthropic's ``POST /v1/messages`` (plain and SSE streaming, tool use;
+  ``control_plane/demo/anthropic_messages.py``).
 - ``openai_responses``: the OpenAI Responses API natively (``POST /v1/responses``,
   ``GET /v1/responses/{id}``: ``control_plane/demo/openai_responses.py``).
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
@@ -51,10 +53,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import metrics, openai_chat, openai_responses, protocols, readiness
+from control_plane.demo import (anthropic_messages, metrics, openai_chat, openai_responses,
+                                protocols, readiness)
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
-PROTOCOLS = ("openai", "predict", "openai_responses") + protocols.EXTRA_PROTOCOLS
+PROTOCOLS = ("openai", "predict", "openai_responses", "anthropic") + protocols.EXTRA_PROTOCOLS
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
@@ -205,7 +208,9 @@ class DemoHandler(BaseHTTPRequestHandler):
         if body is not None:
             self._send_json(status, body)
             return
-        if self.server.protocol in ("openai", "openai_responses"):
+        if self.server.protocol == "anthropic":
+            body = anthropic_messages.error_body(status, message)
+        elif self.server.protocol in ("openai", "openai_responses"):
             body = {"error": {"message": message,
                               "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
                               "param": None, "code": status}}
@@ -265,6 +270,16 @@ class DemoHandler(BaseHTTPRequestHandler):
                     {"id": self.server.name, "object": "model", "created": 0,
                      "owned_by": "sluice-demo"}]})
             return
+        if self.server.protocol == "anthropic" and path == "/v1/models":
+            if self.server.readiness.loading():   # the controller's probe: loading
+                self._send_error(503, "model is loading")
+            elif not self._injected_fault(inference=False):
+                self._send_json(200, {"data": [
+                    {"type": "model", "id": self.server.name, "display_name": self.server.name,
+                     "created_at": "2026-01-01T00:00:00Z"}],
+                    "has_more": False, "first_id": self.server.name,
+                    "last_id": self.server.name})
+            return
         kept = openai_responses.GET_PATH.match(path)
         if self.server.protocol == "openai_responses" and kept:
             if not self._injected_fault(inference=False):
@@ -305,6 +320,11 @@ class DemoHandler(BaseHTTPRequestHandler):
                 body = self._json_body()
                 if not self._injected_fault(inference=True):
                     openai_chat.chat_completions(self, body)
+                return
+            if self.server.protocol == "anthropic" and path == anthropic_messages.PATH:
+                body = self._json_body()
+                if not self._injected_fault(inference=True):
+                    anthropic_messages.messages(self, body)
                 return
             match = PREDICT_PATH.match(path)
             if self.server.protocol == "predict" and match:

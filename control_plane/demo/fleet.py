@@ -10,6 +10,9 @@ Small, but it shows the features a newcomer asks about on the first day:
   (`X-Sluice-Route-Version` says which answered).
 - `chat-slow`: a backend slower than the model's `timeout_ms`, so its answers come
   from its `fallback_model` `chat-demo` (`X-Sluice-Fallback: chat-demo`) in a second.
+- `claude-demo`: an Anthropic-protocol backend (Anthropic's Messages API), reached
+  from every caller API (`/v1/messages`, `/v1/chat/completions`, ...);
+  `var/sluice-up.json` names it `demo_anthropic_model`.
 - `sentiment-demo`: a predict (KServe v1) server; the model needs GPU class `L4`,
   which its backend declares (GPU-class affinity, `GET /api/v1/telemetry/affinity`);
   the model type `nlp/sentiment` maps to it, so brief 000's envelope (`model_type`,
@@ -39,10 +42,12 @@ DEMO_MODELS = [
     {"name": "chat-canary", "timeout_ms": 30000},
     {"name": "chat-slow", "timeout_ms": 1000, "fallback_model": "chat-demo"},
     {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
+    {"name": "claude-demo", "timeout_ms": 30000, "max_output_tokens": 4096},
     {"name": "responses-demo", "timeout_ms": 30000},
     # a realtime session is closed after this long with no event either way
     {"name": "realtime-demo", "timeout_ms": 60000},
 ]
+DEMO_ANTHROPIC_MODEL = "claude-demo"   # var/sluice-up.json: demo_anthropic_model
 DEMO_REALTIME_MODEL = "realtime-demo"
 # latency_ms: what the demo backend waits before each answer
 DEMO_BACKENDS = [
@@ -55,6 +60,7 @@ DEMO_BACKENDS = [
      "latency_ms": 5000},
     {"name": "sentiment-demo-a", "model": "sentiment-demo", "protocol": "predict",
      "weight": 100, "gpu_class": "L4"},
+    {"name": "claude-demo-a", "model": "claude-demo", "protocol": "anthropic", "weight": 100},
     {"name": "responses-demo-a", "model": "responses-demo", "protocol": "openai_responses",
      "weight": 100},
     {"name": "realtime-demo-a", "model": "realtime-demo", "protocol": "openai_realtime",
@@ -82,7 +88,7 @@ DEMO_CONSUMERS = {
 }
 DEMO_LATENCY_MS = 20   # every demo backend's latency, unless it says otherwise
 # latency objectives (ms) of the demo models, for the p99 alert
-DEMO_SLAS = "chat-demo=2000,chat-canary=2000,sentiment-demo=500"
+DEMO_SLAS = "chat-demo=2000,chat-canary=2000,sentiment-demo=500,claude-demo=2000"
 
 
 def backend_module(backend: Mapping[str, Any]) -> str:

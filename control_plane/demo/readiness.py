@@ -9,6 +9,7 @@ loading for its first N seconds, and ``POST /demo/loading {"seconds": N}`` start
 - OIP v2 ``GET /v2/models/{m}/ready`` answers 503 (200 once ready);
 - TF Serving ``GET /v1/models/{m}`` shows ``model_version_status[0].state`` ``LOADING``
   (``AVAILABLE`` once ready);
+- Anthropic ``GET /v1/models`` answers 503 (``backends.py``);
 - inference answers 503 ``model is loading`` in the protocol's error shape.
 """
 from __future__ import annotations

@@ -195,6 +195,7 @@ class Stack:
             **demo_keys,
             "demo_models": [m["name"] for m in fleet.DEMO_MODELS],
             "demo_route": fleet.DEMO_ROUTE["name"],
+            "demo_anthropic_model": fleet.DEMO_ANTHROPIC_MODEL,
             "demo_responses_model": "responses-demo",   # speaks the Responses API natively
             # GET /v1/realtime?model=<this> (a WebSocket; docs/realtime.md)
             "demo_realtime_model": fleet.DEMO_REALTIME_MODEL,
@@ -322,6 +323,10 @@ Try:
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
   (try "model": "{info['demo_route']}" or "chat-slow" with curl -i, and see the
   X-Sluice-Route-Version or X-Sluice-Fallback header)
+
+Anthropic's Messages API (any chat model; {info['demo_anthropic_model']} speaks it natively):
+  curl -s {info['gateway_url']}/v1/messages -H 'x-api-key: {info['demo_api_key']}' \\
+    -H 'Content-Type: application/json' -d '{{"model": "{info['demo_anthropic_model']}", "max_tokens": 100, "messages": [{{"role": "user", "content": "hello"}}]}}'
 
 Async (202 and a job; GET the Location with the same key for the answer):
   curl -si {info['gateway_url']}/v1/chat/completions -H 'Prefer: respond-async' \

@@ -15,7 +15,7 @@ from control_plane.tables.base import Base, Timestamps
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 # openai_realtime: OpenAI's Realtime API over a WebSocket (GET /v1/realtime only)
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor", "openai_responses",
-             "gemini", "openai_realtime")
+             "gemini", "anthropic", "openai_realtime")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
 # How long a request of each class waits in the gateway for a slot of a saturated pool

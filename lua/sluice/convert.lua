@@ -40,6 +40,7 @@ local CALLERS = {
     predict = require("sluice.adapters.predict"),
     kserve_v2 = require("sluice.adapters.kserve_v2"),
     responses = require("sluice.adapters.responses"),
+    anthropic = require("sluice.adapters.anthropic"),
 }
 
 local BACKENDS = {
@@ -49,6 +50,7 @@ local BACKENDS = {
     tfserving = require("sluice.adapters.tfserving"),
     vendor = require("sluice.adapters.vendor"),
     openai_responses = require("sluice.adapters.responses_backend"),
+    anthropic = CALLERS.anthropic,
     gemini = require("sluice.adapters.gemini"),
 }
 
@@ -65,6 +67,7 @@ function _M.native_path(endpoint, model_name)
     if name == "chat" then return "/v1/chat/completions" end
     if name == "completions" then return "/v1/completions" end
     if name == "embeddings" then return "/v1/embeddings" end
+    if name == "messages" then return "/v1/messages" end
     if name == "responses" then return "/v1/responses" end
     if name == "response_get" then return ngx.var.uri end   -- its id: [A-Za-z0-9_-]
     if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
@@ -76,6 +79,9 @@ end
 function _M.prepare(ctx, endpoint, doc, model_name, pool)
     local protocol = pool.protocol
     if endpoint.native == protocol then
+        if protocol == "anthropic" then
+            BACKENDS.anthropic.headers()
+        end
         return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
     end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
@@ -94,6 +100,8 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     if not ireq then
         return 400, invalid, err, param and { param = param }
     end
+    local model = ctx.target.model
+    ireq.max_output = model and model.max_output_tokens   -- max_tokens when none is asked
     local backend = BACKENDS[protocol]
     local path, body
     path, body, param = backend.request(ireq, pool, model_name)
@@ -215,22 +223,29 @@ local function finish(conv, raw)
     else
         err = "answer is not a JSON object"
     end
-    if not ires or ires.outputs[1] == nil then
+    -- a caller adapter's respond, or its emitter, may refuse what it cannot carry
+    -- (nil, message): a 502 like any answer that does not convert
+    local caller = conv.caller
+    local out
+    if ires and ires.outputs[1] ~= nil then
+        if not conv.sse then
+            out, err = caller.respond(ireq, ires)
+            out = out and (caller.encode or cjson.encode)(out) .. "\n"
+        elseif caller.emitter then
+            out, err = stream.synthesize(conv, ires)
+        else
+            out = sse.synthesize(ireq, ires)
+        end
+    end
+    if not out then
         conv.failed = err or "answer holds no outputs"
         local body = failure(conv.failed)
         if conv.sse then
-            return conv.caller.emitter and conv.caller.emitter.error(body)
-                   or sse.error_event(body)
+            return caller.emitter and caller.emitter.error(body) or sse.error_event(body)
         end
         return body .. "\n"
     end
-    if conv.sse then
-        if conv.caller.emitter then
-            return stream.synthesize(conv, ires)
-        end
-        return sse.synthesize(ireq, ires)
-    end
-    return (conv.caller.encode or cjson.encode)(conv.caller.respond(ireq, ires)) .. "\n"
+    return out
 end
 
 function _M.body_filter(ctx)

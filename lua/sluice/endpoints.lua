@@ -6,6 +6,8 @@
 --   POST /v1/chat/completions           openai     chat        model in body
 --   POST /v1/completions                openai     completion  model in body
 --   POST /v1/embeddings                 openai     embedding   model in body
+--   POST /v1/messages                   anthropic  chat        model in body
+--   POST /v1/messages/count_tokens      anthropic  (answered by the gateway)
 --   POST /v1/responses                  openai     chat        model in body (the
 --                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
@@ -30,6 +32,10 @@ local BY_PATH = {
                             native = "openai" },
     ["/v1/embeddings"] = { name = "embeddings", caller = "openai", kind = "embedding",
                            native = "openai" },
+    ["/v1/messages"] = { name = "messages", caller = "anthropic", kind = "chat", llm = true,
+                         native = "anthropic" },
+    ["/v1/messages/count_tokens"] = { name = "count_tokens", caller = "anthropic",
+                                      kind = "chat", answered = true },
     -- `api`: the caller adapter when it is not `caller` (errors stay OpenAI's)
     ["/v1/responses"] = { name = "responses", caller = "openai", api = "responses",
                           kind = "chat", native = "openai_responses" },

@@ -1,6 +1,9 @@
 -- The one error shape that leaves the gateway (docs/contracts.md, "Error template"):
 --   {"error": {"code": 404, "type": "not_found", "message": "...", "request_id": "..."}}
+-- Anthropic callers (/v1/messages) get it in Anthropic's shape, the template's
+-- fields kept (sluice/errors_anthropic.lua).
 local cjson = require("cjson.safe")
+local anthropic = require("sluice.errors_anthropic")
 
 local ngx = ngx
 local ngx_header = ngx.header
@@ -49,18 +52,23 @@ end
 
 -- The JSON body of an error. `extra` fields (e.g. retry_after) join the error object.
 function _M.body(status, err_type, message, extra)
+    local ctx = ngx.ctx
     local e = {
         code = status,
         type = err_type or _M.type_for(status),
         message = message or MESSAGES[status] or "error",
-        request_id = ngx.ctx.request_id or "",
+        request_id = ctx.request_id or "",
     }
     if extra then
         for k, v in pairs(extra) do
             e[k] = v
         end
     end
-    local body, err = cjson.encode({ error = e })
+    local doc = { error = e }
+    if anthropic.caller(ctx) then
+        doc = anthropic.shape(e)
+    end
+    local body, err = cjson.encode(doc)
     if not body then
         -- cannot happen with the fields above, but never send an empty error
         return '{"error":{"code":500,"type":"internal_error","message":"failed to encode error: '

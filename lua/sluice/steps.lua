@@ -27,6 +27,7 @@ local carry = require("sluice.carry")
 local stored = require("sluice.stored")
 local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
+local anthropic = require("sluice.adapters.anthropic")
 local shape = require("sluice.shape")
 
 local ngx = ngx
@@ -178,12 +179,15 @@ function _M.admit(ctx)
     if status then
         return status, err_type, msg, extra
     end
+    if endpoint.answered then   -- /v1/messages/count_tokens: the gateway's estimate
+        return 200, "application/json", anthropic.count_tokens(doc)
+    end
     if jobs.wanted(ctx) then   -- Prefer: respond-async: stored and queued as a job
         return to_jobs(ctx, jobs.submit(snap, consumer, model_name))
     end
 
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
-                                                endpoint.caller == "openai")
+                                                endpoint.caller == "openai" or endpoint.llm)
     if status then
         return status, err_type, msg, extra
     end

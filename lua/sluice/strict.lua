@@ -10,6 +10,7 @@
 --                and the sampling fields inside params
 --   infer        input, params (an object) and the sampling fields inside it
 --   responses    the Responses API's fields (sluice/strict_responses.lua)
+--   messages, count_tokens   Anthropic's Messages API (sluice/strict_anthropic.lua)
 --
 -- Sampling fields: temperature 0..2, top_p 0..1, presence_penalty and
 -- frequency_penalty -2..2, max_tokens and max_completion_tokens integers from 1 to
@@ -20,6 +21,7 @@
 -- Pure Lua (cjson only): tests/lua/test_strict.lua runs it under plain luajit.
 local cjson = require("cjson.safe")
 local strict_responses = require("sluice.strict_responses")
+local strict_anthropic = require("sluice.strict_anthropic")
 
 local type = type
 local floor = math.floor
@@ -252,7 +254,7 @@ end
 
 -- The endpoints check() reads the body of (the others pass any body, even none).
 local CHECKED = { chat = true, completions = true, embeddings = true, unified = true,
-                  infer = true, responses = true }
+                  infer = true, responses = true, messages = true, count_tokens = true }
 
 -- Does check() read the body of endpoint `endpoint_name`? (sluice.body: a body no step
 -- reads is not decoded.)
@@ -297,6 +299,8 @@ function _M.check(endpoint_name, doc, limit)
             return "params.input", "params.input is required"
         end
         return sampling(params, limit, "params.")
+    elseif endpoint_name == "messages" or endpoint_name == "count_tokens" then
+        return strict_anthropic.check(doc, limit, endpoint_name == "count_tokens")
     elseif endpoint_name == "infer" then
         if absent(doc.input) then
             return "input", "input is required"

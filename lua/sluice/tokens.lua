@@ -102,8 +102,14 @@ local function take_usage(u, usage)
         return
     end
     local p, c = usage.prompt_tokens, usage.completion_tokens
-    if p == nil then   -- the Responses API's names
+    if p == nil then
+        -- Responses' and Anthropic's names; Anthropic's cache reads and writes are
+        -- prompt tokens too
         p, c = usage.input_tokens, usage.output_tokens
+        if type(p) == "number" then
+            local r, w = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
+            p = p + (type(r) == "number" and r or 0) + (type(w) == "number" and w or 0)
+        end
     end
     local total = usage.total_tokens
     if type(total) ~= "number" then

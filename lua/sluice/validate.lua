@@ -24,10 +24,10 @@ local floor = math.floor
 local json_null = cjson.null
 
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
-                    vendor = true, openai_responses = true, gemini = true,
+                    vendor = true, openai_responses = true, gemini = true, anthropic = true,
                     openai_realtime = true }
 local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini, "
-                       .. "openai_realtime"
+                       .. "anthropic, openai_realtime"
 local SCHEMES = { http = true, https = true }
 
 local _M = {}

@@ -11,7 +11,6 @@ from control_plane.db import make_engine, make_sessionmaker
 from control_plane.demo.backends import serve
 from control_plane.services import presets, snapshot
 from control_plane.settings import Settings
-from control_plane.tables.config import PROTOCOLS
 
 
 def test_presets_are_listed_to_admins_only(client, api):
@@ -31,7 +30,7 @@ def test_presets_are_listed_to_admins_only(client, api):
     anthropic = items["anthropic"]
     assert anthropic["protocol"] == "anthropic"
     assert anthropic["headers"] == {"anthropic-version": presets.ANTHROPIC_VERSION}
-    assert anthropic["available"] == ("anthropic" in PROTOCOLS)
+    assert anthropic["available"] is True
 
 
 def _backend_in_snapshot(api, backend_id: int) -> dict:
@@ -127,19 +126,16 @@ def test_refused_naming_the_field(api, make, body, field):
     assert field in r.get_json()["error"]["fields"]
 
 
-def test_anthropic_preset_needs_its_protocol(api, make):
+def test_anthropic_preset_makes_an_anthropic_backend(api, make):
+    """The `anthropic` backend protocol is part of this build: the preset is taken."""
     model = make("model")
     r = api("post", "/backends", json={"name": "claude", "model_id": model["id"],
                                        "preset": "anthropic", "api_key": "sk-ant"})
-    if "anthropic" in PROTOCOLS:
-        assert r.status_code == 201, r.get_json()
-        b = r.get_json()
-        assert (b["protocol"], b["url"]) == ("anthropic", "https://api.anthropic.com")
-        assert b["auth_header_name"] == "x-api-key"
-        assert b["headers"] == {"anthropic-version": presets.ANTHROPIC_VERSION}
-    else:
-        assert r.status_code == 422
-        assert "anthropic" in r.get_json()["error"]["fields"]["preset"]
+    assert r.status_code == 201, r.get_json()
+    b = r.get_json()
+    assert (b["protocol"], b["url"]) == ("anthropic", "https://api.anthropic.com")
+    assert b["auth_header_name"] == "x-api-key"
+    assert b["headers"] == {"anthropic-version": presets.ANTHROPIC_VERSION}
 
 
 def test_without_a_preset_url_and_protocol_are_required(offline_api):

@@ -64,7 +64,7 @@ def demo():
 
 def test_health_checks_per_protocol(api, make, demo, db_url):
     expected = {}
-    for protocol in ("openai", "predict", "kserve_v2", "tfserving"):
+    for protocol in ("openai", "predict", "kserve_v2", "tfserving", "anthropic"):
         for loading in (False, True):
             server = demo(protocol, loading_s=600 if loading else 0)
             b = make("backend", protocol=protocol, url=server.url)

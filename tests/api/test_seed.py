@@ -77,6 +77,8 @@ def test_demo_fleet_seeds_every_feature_once(client, auth, api):
         {"model": "chat-demo", "percent": 90}, {"model": "chat-canary", "percent": 10}]
     assert snap["models"]["chat-slow"]["fallback_model"] == "chat-demo"
     assert snap["models"]["chat-demo"]["mask_pii"] is True
+    assert [b["protocol"] for b in snap["models"][fleet.DEMO_ANTHROPIC_MODEL]["backends"]] == [
+        "anthropic"]
     affinity = api("get", "/telemetry/affinity").get_json()["models"]
     assert [(m["model"], m["gpu_class"], [(b["backend"], b["eligible"]) for b in m["backends"]])
             for m in affinity] == [("sentiment-demo", "L4", [("sentiment-demo-a", True)])]

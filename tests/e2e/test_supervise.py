@@ -196,7 +196,7 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         started = children(up, var)
         assert set(started) == {"postgres", "api", "controller", "gateway", "worker", "rabbitmq",
                                 "chat-demo-a", "chat-demo-b", "chat-canary-a",
-                                "chat-slow-a", "sentiment-demo-a",
+                                "chat-slow-a", "sentiment-demo-a", "claude-demo-a",
                                 "responses-demo-a"}, started
         load = Load(info)
         load.start()

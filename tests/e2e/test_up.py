@@ -36,6 +36,16 @@ def _https_curl(banner: str, info: dict) -> None:
     assert json.loads(res.stdout)["choices"][0]["message"]["content"] == "echo: hello"
 
 
+def _anthropic_curl(banner: str, info: dict) -> None:
+    """The printed Messages API call works as printed (run by a shell)."""
+    block = banner.split("Anthropic's Messages API (any chat model", 1)[1].split("\n\n", 1)[0]
+    command = block.split("\n", 1)[1].replace("\\\n", " ")
+    assert f"{info['gateway_url']}/v1/messages" in command, command
+    res = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["content"] == [{"type": "text", "text": "echo: hello"}]
+
+
 def _sign_in(info: dict) -> None:
     """The admin UI answers at ui_url and lets the printed first admin in."""
     browser = requests.Session()
@@ -113,6 +123,17 @@ def _demo_features(info: dict) -> None:
     assert brief.status_code == 200, brief.text
     assert brief.json()["model"] == "sentiment-demo" and brief.json()["request_id"] == rid
     assert len(brief.json()["outputs"]) == 1
+    # the Anthropic-protocol demo model, from an Anthropic caller and an OpenAI one
+    claude = info["demo_anthropic_model"]
+    msg = requests.post(info["gateway_url"] + "/v1/messages", timeout=10,
+                        headers={"x-api-key": info["demo_api_key"],
+                                 "anthropic-version": "2023-06-01"},
+                        json={"model": claude, "max_tokens": 20,
+                              "messages": [{"role": "user", "content": "hi"}]})
+    assert msg.status_code == 200, msg.text
+    assert msg.json()["content"] == [{"type": "text", "text": "echo: hi"}]
+    assert chat(info["demo_api_key"], claude).json()["choices"][0]["message"]["content"] \
+        == "echo: hi"
     # chat-slow's backend answers after its model's timeout: the fallback answers
     slow = chat(info["demo_api_key"], "chat-slow")
     assert slow.headers["X-Sluice-Fallback"] == "chat-demo"
@@ -186,6 +207,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         key_files = [p for p in (var / "tls").iterdir() if p.suffix == ".key"]
         assert key_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in key_files)
         _https_curl(banner, info)
+        _anthropic_curl(banner, info)
         mode = stat.S_IMODE((var / "sluice-up.json").stat().st_mode)
         assert mode == 0o600
         assert info["admin_url"].endswith("/api/v1")

@@ -181,6 +181,12 @@ def gateway_factory(prefix):
         assert_no_lua_errors(gw.error_log)
 
 
+# what a Lua error logs: "runtime error" in a handler, "failed to run ..." when a
+# filter phase's Lua fails (e.g. `failed to run body_filter_by_lua*`: no "runtime
+# error" in that line, and a stream that hit one just stops)
+LUA_ERRORS = ("runtime error", "failed to run", "[alert]", "[emerg]", "[crit]")
+
+
 def assert_no_lua_errors(error_log: Path, offset: int = 0, gw=None) -> None:
     """A Lua runtime error is a bug even when the response looked right: fail on one
     in `error_log` past byte `offset`. With `gw`, its `log_offset` moves to the end of
@@ -194,7 +200,7 @@ def assert_no_lua_errors(error_log: Path, offset: int = 0, gw=None) -> None:
     if gw is not None:
         gw.log_offset = offset + len(text)
     bad = [line for line in text.decode(errors="replace").splitlines()
-           if any(s in line for s in ("runtime error", "[alert]", "[emerg]", "[crit]"))
+           if any(s in line for s in LUA_ERRORS)
            and not _peer_tls_alert(line)]
     assert not bad, "\n".join(bad)
 

@@ -41,6 +41,24 @@ def test_model_generate_from_the_environment(served, helpers, monkeypatch):
     assert sluice_client.Model("chat-demo").generate("hi") == "echo: hi"
 
 
+def test_brief_001s_call_as_written(served, helpers, monkeypatch):
+    monkeypatch.setenv("SLUICE_BASE_URL", served.url)
+    monkeypatch.setenv("SLUICE_API_KEY", helpers.KEY)
+    partial = []
+
+    def handle_partial_result(piece):
+        partial.append(piece)
+
+    model = sluice_client.Model("chat-demo")
+    text = model.generate(prompt="解释量子计算 的 基础", stream=True,
+                          callback=handle_partial_result)
+    assert text == "echo: 解释量子计算 的 基础"
+    assert len(partial) > 1 and "".join(partial) == text
+    assert model.generate(prompt="解释量子计算") == "echo: 解释量子计算"
+    with pytest.raises(TypeError):
+        model.generate("one", prompt="two")
+
+
 def test_chat_and_params(client):
     answer = client.model("chat-demo").chat(
         [{"role": "system", "content": "be brief"},

@@ -3,21 +3,23 @@ makes it (control_plane/services/presets.py fills it from the preset and a few
 values; services/snapshot.py turns it into its snapshot entry), pointed at a local
 imitation of that vendor (tests/gateway/vendor_*.py: real HTTP servers that refuse
 a request not shaped as the vendor documents), and called through the real gateway
-with the official OpenAI client."""
+with the official OpenAI client (and Anthropic's, for an Anthropic caller)."""
 from __future__ import annotations
 
 import json
 from urllib.parse import urlsplit
 
+import anthropic
 import openai
 import pytest
 
 from control_plane.services import presets
 from control_plane.services.snapshot import backend_entry
 from control_plane.tables.config import Backend as BackendRow
-from tests.gateway import vendor_gemini
-from tests.gateway.backend_http import served
-from tests.gateway.vendor_openai import FAIL, HANG, VENDORS, handler_for
+import vendor_anthropic
+import vendor_gemini
+from backend_http import served
+from vendor_openai import FAIL, HANG, VENDORS, handler_for
 
 # Sluice model name -> (preset, the values the operator gives besides base_url)
 COMPATIBLE = {
@@ -54,6 +56,7 @@ def imitations():
     """One imitation per vendor, on free ports, for the module."""
     handlers = {name: handler_for(v) for name, v in VENDORS.items()}   # (and keyed_proxy)
     handlers["gemini"] = vendor_gemini.GeminiImitation
+    handlers["anthropic"] = vendor_anthropic.AnthropicImitation
     ports, stack = {}, []
     try:
         for name, handler in handlers.items():
@@ -75,6 +78,8 @@ def vendors(gateway, helpers, imitations):
     models["proxied-model"] = (5000, [preset_entry(
         40, "vllm", imitations["keyed_proxy"][1], auth_header_name="X-API-Key",
         auth_header="proxy-key")])
+    models[vendor_anthropic.MODEL] = (5000, [preset_entry(
+        60, "anthropic", imitations["anthropic"][1], api_key=vendor_anthropic.KEY)])
     models[GEMINI] = (5000, [preset_entry(50, "gemini", imitations["gemini"][1],
                                           api_key=vendor_gemini.KEY, upstream_model=GEMINI)])
     # Azure again, slow for its model's timeout, with OpenAI as its fallback
@@ -288,3 +293,60 @@ def test_gemini_refuses_what_it_cannot_carry(vendors):
         vendors.chat.completions.create(model=GEMINI, n=2,
                                         messages=[{"role": "user", "content": "hi"}])
     assert "n = 1" in exc.value.message
+
+
+def test_anthropic_preset_through_the_gateway(vendors, imitations):
+    out = vendors.chat.completions.create(
+        model=vendor_anthropic.MODEL, max_tokens=64,
+        messages=[{"role": "system", "content": "be brief"},
+                  {"role": "user", "content": "hello claude"}])
+    assert out.choices[0].message.content == "anthropic says: hello claude"
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (2, 4)
+    seen = last_seen(imitations, "anthropic")
+    assert seen["path"] == "/v1/messages"
+    assert seen["headers"]["x-api-key"] == vendor_anthropic.KEY
+    assert seen["headers"]["anthropic-version"] == vendor_anthropic.VERSION
+    assert "authorization" not in seen["headers"]
+    # the system message lifted out of `messages`, max_tokens as the caller gave it
+    assert seen["body"]["system"] in ("be brief", [{"type": "text", "text": "be brief"}])
+    assert [m["role"] for m in seen["body"]["messages"]] == ["user"]
+    assert seen["body"]["max_tokens"] == 64
+    # a caller who names no max_tokens: the gateway fills the one Anthropic requires
+    out = vendors.chat.completions.create(
+        model=vendor_anthropic.MODEL, messages=[{"role": "user", "content": "no limit"}])
+    assert out.choices[0].message.content == "anthropic says: no limit"
+    assert last_seen(imitations, "anthropic")["body"]["max_tokens"] >= 1
+    stream = vendors.chat.completions.create(
+        model=vendor_anthropic.MODEL, max_tokens=64, stream=True,
+        messages=[{"role": "user", "content": "one two"}])
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "anthropic says: one two"
+    assert last_seen(imitations, "anthropic")["body"]["stream"] is True
+    with pytest.raises(openai.BadRequestError) as exc:
+        vendors.chat.completions.create(model=vendor_anthropic.MODEL, max_tokens=64,
+                                        messages=[{"role": "user", "content": FAIL}])
+    assert exc.value.status_code == 400
+    assert "anthropic refused: bad input" in exc.value.message
+
+
+def test_anthropic_caller_to_gemini_with_a_tool(vendors, gateway, helpers, imitations):
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=helpers.KEY, max_retries=0)
+    tools = [{"name": "lookup", "description": "look something up",
+              "input_schema": TOOLS[0]["function"]["parameters"]}]
+    first = [{"role": "user", "content": "use a tool weather in Oslo"}]
+    msg = claude.messages.create(model=GEMINI, max_tokens=50, tools=tools, messages=first)
+    assert msg.stop_reason == "tool_use"
+    use = msg.content[-1]
+    assert (use.type, use.name, use.input) == ("tool_use", "lookup", {"query": "weather in Oslo"})
+    again = claude.messages.create(model=GEMINI, max_tokens=50, tools=tools, messages=first + [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                      "content": "cloudy"}]}])
+    assert again.content[0].text == "tool said: cloudy"
+    sent = last_seen(imitations, "gemini")["body"]["contents"]
+    assert sent[2] == {"role": "user", "parts": [{"functionResponse": {
+        "name": "lookup", "response": {"output": "cloudy"}}}]}
+    with claude.messages.stream(model=GEMINI, max_tokens=50,
+                                messages=[{"role": "user", "content": "a b"}]) as s:
+        assert s.get_final_message().content[0].text == "gemini says: a b"
+    assert last_seen(imitations, "gemini")["path"].endswith(":streamGenerateContent")

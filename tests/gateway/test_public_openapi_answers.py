@@ -57,6 +57,11 @@ CASES = [
      {"instances": ["a cat"]}),
     ("post", "/v2/models/{model}/infer", "/v2/models/predict-demo/infer",
      {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["nice"]}]}),
+    ("post", "/v1/messages", "/v1/messages",
+     {"model": "chat-demo", "max_tokens": 20, "system": "be brief",
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+    ("post", "/v1/messages/count_tokens", "/v1/messages/count_tokens",
+     {"model": "chat-demo", "messages": [{"role": "user", "content": "hi"}]}),
 ]
 
 
@@ -77,6 +82,15 @@ def test_errors_are_documented(served, helpers):
                 "/v1/chat/completions", {**chat, "model": "chat-demo"}).status_code == 403
     assert call(served, helpers.KEY_LIMITED, "get", "/v1/models/{model}",
                 "/v1/models/predict-demo").status_code in (403, 404)
+    # the Messages API's errors are Anthropic's (the AnthropicError schema)
+    messages = {"model": "no-such-model", "max_tokens": 5,
+                "messages": [{"role": "user", "content": "hi"}]}
+    assert call(served, helpers.KEY, "post", "/v1/messages", "/v1/messages",
+                messages).status_code == 404
+    assert call(served, helpers.KEY, "post", "/v1/messages", "/v1/messages",
+                {**messages, "model": "chat-demo", "messages": [{"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "none", "content": "x"}]}]}
+                ).status_code == 400
 
 
 def test_stream_events_match_the_chunk_schema(served, helpers):

@@ -10,7 +10,7 @@ import openai
 import pytest
 import requests
 
-from tests.waiting import eventually
+from waiting import eventually
 
 TOOLS = [{"type": "function", "name": "lookup", "description": "Look something up",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}},

@@ -14,7 +14,7 @@ import pytest
 from gateway_readings import access_lines
 
 from control_plane.runtime import procs
-from tests.waiting import eventually
+from waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import json
 import re
 from urllib.parse import parse_qs, urlsplit
 
-from tests.gateway.backend_http import Backend
+from backend_http import Backend
 
 KEY = "AIza-gemini-test-key"
 MODEL = "gemini-2.0-flash"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from tests.gateway.backend_http import Backend
+from backend_http import Backend
 
 FAIL = "please fail"
 HANG = "please hang"

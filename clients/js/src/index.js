@@ -4,77 +4,34 @@
 //   const sluice = new Sluice({ baseURL: "http://127.0.0.1:8000", apiKey: "sk-..." });
 //   await sluice.model("chat-demo").generate("hi");                     // "echo: hi"
 //   for await (const piece of sluice.model("chat-demo").generate("hi", { stream: true })) {}
+//   await sluice.model("chat-demo").messages([{ role: "user", content: "hi" }], { max_tokens: 64 });
+//   await sluice.model("chat-demo").responses("hi", { tools: [...] });   // toolCalls(answer)
 //
 // Retries: 429 and 503 answers and network failures are tried again, up to maxRetries
 // times, after the answer's Retry-After when it has one (one longer than maxRetryWait
 // is raised at once), else after an exponential backoff with jitter. A request that
 // timed out waiting for its answer is not sent again: it may have run.
 
+import {
+  APIConnectionError, APITimeoutError, SluiceError, errorFrom, parseRetryAfter,
+} from "./errors.js";
+import {
+  ChatAssembler, MessageAssembler, ResponseAssembler, Stream, chatTexts, sseEvents,
+} from "./streams.js";
+import { CHAT, MESSAGES, RESPONSES, toolsFor } from "./tools.js";
+
+export {
+  APIConnectionError, APIStatusError, APITimeoutError, AuthenticationError, BackendError,
+  BadRequestError, ContentPolicyError, GatewayTimeoutError, InternalServerError,
+  NotFoundError, PayloadTooLargeError, PermissionDeniedError, RateLimitError,
+  ServiceUnavailableError, SluiceError,
+} from "./errors.js";
+export { Stream } from "./streams.js";
+export { ToolCall, textOf, toolCalls } from "./tools.js";
+export { verifySignature } from "./webhooks.js";
+
 const RETRY_STATUSES = new Set([429, 503]);
 const FINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
-
-// ---- errors ------------------------------------------------------------------------------
-
-export class SluiceError extends Error {
-  constructor(message, { code = null, type = null, requestId = null, retryAfter = null,
-    body = null, cause } = {}) {
-    super(message, cause === undefined ? undefined : { cause });
-    this.name = new.target.name;
-    this.code = code;              // the HTTP status; null when no answer came
-    this.type = type;              // the template's error type, e.g. "rate_limited"
-    this.requestId = requestId;
-    this.retryAfter = retryAfter;  // seconds, or null
-    this.body = body;
-  }
-}
-export class APIConnectionError extends SluiceError {}
-export class APITimeoutError extends APIConnectionError {}
-export class APIStatusError extends SluiceError {}
-export class BadRequestError extends APIStatusError {}
-export class AuthenticationError extends APIStatusError {}
-export class PermissionDeniedError extends APIStatusError {}
-export class NotFoundError extends APIStatusError {}
-export class PayloadTooLargeError extends APIStatusError {}
-export class RateLimitError extends APIStatusError {}
-export class ContentPolicyError extends APIStatusError {}
-export class InternalServerError extends APIStatusError {}
-export class BackendError extends APIStatusError {}
-export class ServiceUnavailableError extends APIStatusError {}
-export class GatewayTimeoutError extends APIStatusError {}
-
-const BY_STATUS = {
-  400: BadRequestError, 401: AuthenticationError, 403: PermissionDeniedError,
-  404: NotFoundError, 413: PayloadTooLargeError, 429: RateLimitError,
-  451: ContentPolicyError, 500: InternalServerError, 502: BackendError,
-  503: ServiceUnavailableError, 504: GatewayTimeoutError,
-};
-
-function errorFrom(status, body, requestIdHeader, retryAfter) {
-  const err = body && typeof body === "object" ? body.error : undefined;
-  let message = `HTTP ${status}`;
-  let type = null;
-  let requestId = requestIdHeader || null;
-  if (err && typeof err === "object") {
-    message = err.message || message;
-    type = err.type || null;
-    requestId = err.request_id || requestId;
-    if (retryAfter === null && typeof err.retry_after === "number") retryAfter = err.retry_after;
-  } else if (typeof err === "string") {
-    message = err;
-  } else if (typeof body === "string" && body) {
-    message = body.slice(0, 500);
-  }
-  const Cls = BY_STATUS[status] || APIStatusError;
-  return new Cls(String(message), { code: status, type, requestId, retryAfter, body });
-}
-
-function parseRetryAfter(raw) {
-  if (raw === null || raw === undefined) return null;
-  const seconds = Number(raw);
-  if (raw.trim() !== "" && Number.isFinite(seconds)) return Math.max(0, seconds);
-  const date = Date.parse(raw);
-  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -109,14 +66,16 @@ export class Sluice {
     return new Model(name, this);
   }
 
-  // POST /v1/chat/completions. The completion; with { stream: true } an async iterable
-  // of chunks; with onChunk, calls it with each chunk and resolves to the list of them.
+  // POST /v1/chat/completions. The completion; with { stream: true } a Stream of
+  // chunks (async iterable; final() resolves to the completion, tool calls assembled);
+  // with onChunk, calls it with each chunk and resolves to the list of them.
   chat(model, messages, options = {}) {
     const { stream = false, onChunk = null, signal, ...params } = options;
     const body = { model, messages: [...messages], ...params };
+    if (body.tools) body.tools = toolsFor(CHAT, body.tools);
     if (!stream && !onChunk) return this.request("POST", "/v1/chat/completions", body, { signal });
     body.stream = true;
-    const chunks = this._events("/v1/chat/completions", body, signal);
+    const chunks = this._stream("/v1/chat/completions", body, signal, ChatAssembler);
     if (!onChunk) return chunks;
     return (async () => {
       const seen = [];
@@ -130,8 +89,13 @@ export class Sluice {
 
   // Text in, text out through the chat endpoint: the answer's text; with
   // { stream: true } an async iterable of text pieces; with onChunk, calls it with
-  // each piece as it arrives and resolves to the whole text.
+  // each piece as it arrives and resolves to the whole text. `input` is the user's
+  // message, a list of messages, or { prompt, ...options }.
   generate(model, input, options = {}) {
+    if (input && typeof input === "object" && !Array.isArray(input)) {
+      ({ prompt: input, ...options } = { ...input, ...options });
+      if (input === undefined) throw new TypeError("generate() needs the input (or prompt)");
+    }
     const { stream = false, onChunk = null, ...rest } = options;
     const messages = typeof input === "string" ? [{ role: "user", content: input }] : input;
     if (!stream && !onChunk) {
@@ -143,7 +107,7 @@ export class Sluice {
         return text;
       });
     }
-    const pieces = texts(this.chat(model, messages, { ...rest, stream: true }));
+    const pieces = chatTexts(this.chat(model, messages, { ...rest, stream: true }));
     if (!onChunk) return pieces;
     return (async () => {
       let all = "";
@@ -152,6 +116,39 @@ export class Sluice {
         await onChunk(piece);
       }
       return all;
+    })();
+  }
+
+  // POST /v1/messages, Anthropic's Messages API (max_tokens required, as Anthropic
+  // requires it). The message; with { stream: true } a Stream of its events (final():
+  // the message, tool_use inputs assembled); with onEvent, calls it with each event
+  // and resolves to the assembled message. `tools` in any shape (see toolCalls).
+  messages(model, messages, options = {}) {
+    const { stream = false, onEvent = null, signal, ...params } = options;
+    const body = { model, messages: [...messages], ...params };
+    if (body.tools) body.tools = toolsFor(MESSAGES, body.tools);
+    return this._call("/v1/messages", body, { stream, onEvent, signal }, MessageAssembler);
+  }
+
+  // POST /v1/responses, OpenAI's Responses API; `input` a string or a list of items.
+  // The response; with { stream: true } a Stream of its events (final(): the
+  // response, function call arguments assembled); with onEvent, calls it with each
+  // event and resolves to the assembled response.
+  responses(model, input, options = {}) {
+    const { stream = false, onEvent = null, signal, ...params } = options;
+    const body = { model, input: typeof input === "string" ? input : [...input], ...params };
+    if (body.tools) body.tools = toolsFor(RESPONSES, body.tools);
+    return this._call("/v1/responses", body, { stream, onEvent, signal }, ResponseAssembler);
+  }
+
+  _call(path, body, { stream, onEvent, signal }, Assembler) {
+    if (!stream && !onEvent) return this.request("POST", path, body, { signal });
+    body.stream = true;
+    const events = this._stream(path, body, signal, Assembler);
+    if (!onEvent) return events;
+    return (async () => {
+      for await (const event of events) await onEvent(event);
+      return events.final();
     })();
   }
 
@@ -244,7 +241,8 @@ export class Sluice {
       signal?.addEventListener("abort", onAbort, { once: true });
       let error;
       try {
-        const resp = await this._fetch(url, {
+        // fetch called as a method of the client is an "Illegal invocation" in browsers
+        const resp = await this._fetch.call(globalThis, url, {
           method, headers, signal: controller.signal,
           body: body === undefined ? undefined : JSON.stringify(body),
         });
@@ -285,59 +283,14 @@ export class Sluice {
     return ceiling / 2 + Math.random() * (ceiling / 2);
   }
 
-  // The `data:` events of a server-sent-event stream, decoded, until [DONE]. The
-  // request starts on the first iteration; a refused request throws there.
-  _events(path, body, signal) {
-    const client = this;
-    return {
-      async *[Symbol.asyncIterator]() {
-        const resp = await client._send("POST", path, body, { stream: true, signal });
-        const requestId = resp.headers.get("x-request-id");
-        if (!(resp.headers.get("content-type") || "").startsWith("text/event-stream")) {
-          yield await resp.json();   // a backend that does not stream answers whole
-          return;
-        }
-        const decoder = new TextDecoder();
-        let buffer = "";
-        const reader = resp.body.getReader();
-        try {
-          for (;;) {
-            let chunk;
-            try {
-              chunk = await reader.read();
-            } catch (exc) {
-              throw new APIConnectionError("the stream broke", { requestId, cause: exc });
-            }
-            if (chunk.done) return;
-            buffer += decoder.decode(chunk.value, { stream: true });
-            let newline;
-            while ((newline = buffer.indexOf("\n")) >= 0) {
-              const line = buffer.slice(0, newline).replace(/\r$/, "");
-              buffer = buffer.slice(newline + 1);
-              if (!line.startsWith("data:")) continue;
-              const data = line.slice(5).trim();
-              if (data === "[DONE]") return;
-              const event = JSON.parse(data);
-              if (event && typeof event.error === "object" && event.error) {
-                throw errorFrom(Number(event.error.code) || 500, event, requestId, null);
-              }
-              yield event;
-            }
-          }
-        } finally {
-          reader.cancel().catch(() => {});
-        }
-      },
+  // A Stream of the events of `path`'s answer. The request starts on the first
+  // iteration; a refused request throws there.
+  _stream(path, body, signal, Assembler) {
+    const open = async function* (client) {
+      const resp = await client._send("POST", path, body, { stream: true, signal });
+      yield* sseEvents(resp);
     };
-  }
-}
-
-async function* texts(chunks) {
-  for await (const chunk of chunks) {
-    for (const choice of chunk.choices || []) {
-      const piece = (choice.delta || choice.message || {}).content;
-      if (piece) yield piece;
-    }
+    return new Stream(() => open(this), new Assembler());
   }
 }
 
@@ -356,54 +309,9 @@ export class Model {
 
   generate(input, options = {}) { return this.client.generate(this.name, input, options); }
   chat(messages, options = {}) { return this.client.chat(this.name, messages, options); }
+  messages(messages, options = {}) { return this.client.messages(this.name, messages, options); }
+  responses(input, options = {}) { return this.client.responses(this.name, input, options); }
   predict(input, params, options) { return this.client.predict(this.name, input, params, options); }
-}
-
-// ---- webhooks ----------------------------------------------------------------------------
-
-const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
-
-function sameText(a, b) {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
-}
-
-// Check a Sluice webhook's X-Sluice-Signature ("t=<unix>,v1=<hex HMAC-SHA256 of
-// "<t>.<body>">") against the raw body (a string or bytes) with the consumer's webhook
-// secret; a time further than `tolerance` seconds from now is refused (replays).
-// Resolves to true or false, never throws on a malformed header. WebCrypto: Node 18+,
-// browsers, Deno, Bun. A delivery may come twice: deduplicate by the job's id.
-export async function verifySignature(secret, header, body, tolerance = 300, now = undefined) {
-  if (!secret || !header) return false;
-  let t = null;
-  const sigs = [];
-  for (const part of String(header).split(",")) {
-    const i = part.indexOf("=");
-    if (i < 0) return false;
-    const key = part.slice(0, i).trim();
-    const value = part.slice(i + 1).trim();
-    if (key === "t") {
-      if (!/^[0-9]+$/.test(value)) return false;
-      t = Number(value);
-    } else if (key === "v1") {
-      sigs.push(value);
-    }
-  }
-  if (t === null || !sigs.length) return false;
-  const current = now ?? Date.now() / 1000;
-  if (Math.abs(current - t) > tolerance) return false;
-  const enc = new TextEncoder();
-  const bytes = typeof body === "string" ? enc.encode(body) : new Uint8Array(body);
-  const prefix = enc.encode(`${t}.`);
-  const message = new Uint8Array(prefix.length + bytes.length);
-  message.set(prefix);
-  message.set(bytes, prefix.length);
-  const key = await globalThis.crypto.subtle.importKey(
-    "raw", enc.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const expected = hex(await globalThis.crypto.subtle.sign("HMAC", key, message));
-  return sigs.some((sig) => sameText(expected, sig));
 }
 
 export default Sluice;

@@ -5,7 +5,9 @@
 
     from sluice_client import Sluice
     client = Sluice("http://127.0.0.1:8000", "sk-...")
-    client.model("chat-demo").generate("hi", stream=True, callback=print)
+    client.model("chat-demo").generate(prompt="hi", stream=True, callback=print)
+    client.model("chat-demo").messages([{"role": "user", "content": "hi"}], max_tokens=64)
+    client.model("chat-demo").responses("hi", tools=[...])     # tool_calls(answer)
     job = client.submit("chat-demo", [{"role": "user", "content": "hi"}])   # async
     client.wait(job)["result"]["body"]
 """
@@ -16,11 +18,14 @@ from sluice_client.errors import (APIConnectionError, APIStatusError, APITimeout
                                   InternalServerError, NotFoundError, PayloadTooLargeError,
                                   PermissionDeniedError, RateLimitError,
                                   ServiceUnavailableError, SluiceError)
+from sluice_client.streams import Stream
+from sluice_client.tools import ToolCall, text_of, tool_calls
 from sluice_client.webhooks import verify_signature
 
 __version__ = "0.1.0"
 
-__all__ = ["Sluice", "Model", "verify_signature", "SluiceError", "APIConnectionError", "APITimeoutError",
+__all__ = ["Sluice", "Model", "Stream", "ToolCall", "tool_calls", "text_of",
+           "verify_signature", "SluiceError", "APIConnectionError", "APITimeoutError",
            "APIStatusError", "BadRequestError", "AuthenticationError",
            "PermissionDeniedError", "NotFoundError", "PayloadTooLargeError",
            "RateLimitError", "ContentPolicyError", "InternalServerError", "BackendError",

@@ -3,6 +3,8 @@
     client = Sluice("http://127.0.0.1:8000", "sk-...")
     client.model("chat-demo").generate("hi")                 # "echo: hi"
     for piece in client.model("chat-demo").generate("hi", stream=True): ...
+    client.model("chat-demo").messages([{"role": "user", "content": "hi"}], max_tokens=64)
+    client.model("chat-demo").responses("hi")
 
 Retries: 429 and 503 answers and connection failures are tried again, up to
 `max_retries` times, after an exponential backoff with jitter — or after the answer's
@@ -12,19 +14,19 @@ waiting for the answer is not sent again (it may have run).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any, Optional, Union
 from urllib.parse import quote
 
 import requests
 
-from sluice_client import errors
+from sluice_client import errors, streams
+from sluice_client.tools import CHAT, MESSAGES, RESPONSES, tools_for
 
 log = logging.getLogger("sluice_client")
 
@@ -86,13 +88,15 @@ class Sluice:
     def chat(self, model: str, messages: Messages, *, stream: bool = False,
              callback: Optional[Callable[[dict], Any]] = None, **params: Any) -> Any:
         """POST /v1/chat/completions. Returns the completion (a dict); with stream=True
-        an iterator of chunks (dicts); with a callback, calls it with each chunk and
-        returns the list of chunks."""
+        a `Stream` of chunks (dicts; `final()`: the completion, tool calls assembled);
+        with a callback, calls it with each chunk and returns the list of chunks."""
         body = {"model": model, "messages": list(messages), **params}
+        if body.get("tools") is not None:
+            body["tools"] = tools_for(CHAT, body["tools"])
         if not stream and callback is None:
             return self.request("POST", "/v1/chat/completions", body)
         body["stream"] = True
-        chunks = self._stream("/v1/chat/completions", body)
+        chunks = self._stream("/v1/chat/completions", body, streams.ChatAssembler)
         if callback is None:
             return chunks
         seen = []
@@ -101,12 +105,19 @@ class Sluice:
             callback(chunk)
         return seen
 
-    def generate(self, model: str, input: Union[str, Messages], stream: bool = False,
-                 callback: Optional[Callable[[str], Any]] = None, **params: Any) -> Any:
-        """Text in, text out, through the chat endpoint. `input` is the user's message
-        (or a list of messages). Returns the answer's text; with stream=True an iterator
-        of text pieces; with a callback, calls it with each piece as it arrives and
-        returns the whole text."""
+    def generate(self, model: str, input: Union[str, Messages, None] = None,
+                 stream: bool = False, callback: Optional[Callable[[str], Any]] = None,
+                 *, prompt: Optional[str] = None, **params: Any) -> Any:
+        """Text in, text out, through the chat endpoint. `input` (or `prompt=`) is the
+        user's message, or a list of messages. Returns the answer's text; with
+        stream=True an iterator of text pieces; with a callback, calls it with each
+        piece as it arrives and returns the whole text."""
+        if prompt is not None:
+            if input is not None:
+                raise TypeError("give input or prompt, not both")
+            input = prompt
+        if input is None:
+            raise TypeError("generate() needs the input (or prompt=)")
         messages = [{"role": "user", "content": input}] if isinstance(input, str) \
             else list(input)
         if not stream and callback is None:
@@ -116,7 +127,7 @@ class Sluice:
             except (KeyError, IndexError, TypeError):
                 raise errors.SluiceError("the answer has no choices[0].message.content",
                                          body=answer) from None
-        pieces = _texts(self.chat(model, messages, stream=True, **params))
+        pieces = streams.chat_texts(self.chat(model, messages, stream=True, **params))
         if callback is None:
             return pieces
         out = []
@@ -124,6 +135,51 @@ class Sluice:
             out.append(piece)
             callback(piece)
         return "".join(out)
+
+    def messages(self, model: str, messages: Messages, *, max_tokens: int,
+                 system: Any = None, tools: Optional[list] = None, stream: bool = False,
+                 callback: Optional[Callable[[dict], Any]] = None, **params: Any) -> Any:
+        """POST /v1/messages, Anthropic's Messages API. Returns the message (a dict);
+        with stream=True a `Stream` of its events (`final()`: the message, tool_use
+        inputs assembled); with a callback, calls it with each event and returns the
+        assembled message. `tools` in any shape (see `tool_calls`)."""
+        body = {"model": model, "messages": list(messages), "max_tokens": max_tokens,
+                **params}
+        if system is not None:
+            body["system"] = system
+        if tools is not None:
+            body["tools"] = tools_for(MESSAGES, tools)
+        return self._call("/v1/messages", body, stream, callback,
+                          streams.MessageAssembler)
+
+    def responses(self, model: str, input: Union[str, list], *,
+                  instructions: Optional[str] = None, tools: Optional[list] = None,
+                  stream: bool = False, callback: Optional[Callable[[dict], Any]] = None,
+                  **params: Any) -> Any:
+        """POST /v1/responses, OpenAI's Responses API. `input` is a string or a list of
+        items. Returns the response (a dict); with stream=True a `Stream` of its events
+        (`final()`: the response, function call arguments assembled); with a callback,
+        calls it with each event and returns the assembled response."""
+        body = {"model": model, "input": input if isinstance(input, str) else list(input),
+                **params}
+        if instructions is not None:
+            body["instructions"] = instructions
+        if tools is not None:
+            body["tools"] = tools_for(RESPONSES, tools)
+        return self._call("/v1/responses", body, stream, callback,
+                          streams.ResponseAssembler)
+
+    def _call(self, path: str, body: dict, stream: bool, callback: Any,
+              assembler: Any) -> Any:
+        if not stream and callback is None:
+            return self.request("POST", path, body)
+        body["stream"] = True
+        events = self._stream(path, body, assembler)
+        if callback is None:
+            return events
+        for event in events:
+            callback(event)
+        return events.final()
 
     def predict(self, model: str, input: Any, **params: Any) -> Any:
         """POST /api/v1/model/{model}/infer: any model, one input or a list of them.
@@ -198,9 +254,9 @@ class Sluice:
                                      request_id=resp.headers.get("X-Request-Id"),
                                      body=resp.text) from None
 
-    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+    def _stream(self, path: str, body: dict, assembler: Any) -> streams.Stream:
         resp = self._send("POST", path, body, stream=True)   # errors raise here, eagerly
-        return _events(resp)
+        return streams.Stream(streams.events(resp), assembler())
 
     def _send(self, method: str, path: str, body: Any, *, stream: bool,
               headers: Optional[dict] = None) -> requests.Response:
@@ -265,21 +321,30 @@ class Model:
             self._client = Sluice()
         return self._client
 
-    def generate(self, input: Union[str, Messages], stream: bool = False,
-                 callback: Optional[Callable[[str], Any]] = None, **params: Any) -> Any:
+    def generate(self, input: Union[str, Messages, None] = None, stream: bool = False,
+                 callback: Optional[Callable[[str], Any]] = None, *,
+                 prompt: Optional[str] = None, **params: Any) -> Any:
         return self.client.generate(self.name, input, stream=stream, callback=callback,
-                                    **params)
+                                    prompt=prompt, **params)
 
     def chat(self, messages: Messages, *, stream: bool = False,
              callback: Optional[Callable[[dict], Any]] = None, **params: Any) -> Any:
         return self.client.chat(self.name, messages, stream=stream, callback=callback,
                                 **params)
 
+    def messages(self, messages: Messages, *, max_tokens: int, **options: Any) -> Any:
+        return self.client.messages(self.name, messages, max_tokens=max_tokens, **options)
+
+    def responses(self, input: Union[str, list], **options: Any) -> Any:
+        return self.client.responses(self.name, input, **options)
+
     def predict(self, input: Any, **params: Any) -> Any:
         return self.client.predict(self.name, input, **params)
 
     generate.__doc__ = Sluice.generate.__doc__
     chat.__doc__ = Sluice.chat.__doc__
+    messages.__doc__ = Sluice.messages.__doc__
+    responses.__doc__ = Sluice.responses.__doc__
     predict.__doc__ = Sluice.predict.__doc__
 
 
@@ -305,37 +370,3 @@ def _error(resp: requests.Response) -> errors.APIStatusError:
     except ValueError:
         body = resp.text
     return errors.from_response(resp.status_code, body, resp.headers, _retry_after(resp))
-
-
-def _events(resp: requests.Response) -> Iterator[dict]:
-    """The `data:` events of a server-sent-event stream, decoded, until [DONE]."""
-    request_id = resp.headers.get("X-Request-Id")
-    try:
-        if not resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-            # a backend that does not stream answers whole: one chunk of it
-            yield resp.json()
-            return
-        for line in resp.iter_lines(decode_unicode=False):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                return
-            event = json.loads(data)
-            if isinstance(event, dict) and isinstance(event.get("error"), dict):
-                raise errors.from_response(int(event["error"].get("code") or 500), event,
-                                           {"X-Request-Id": request_id}, None)
-            yield event
-    except requests.exceptions.RequestException as exc:
-        raise errors.APIConnectionError(f"the stream broke: {exc.__class__.__name__}",
-                                        request_id=request_id) from exc
-    finally:
-        resp.close()
-
-
-def _texts(chunks: Iterable[dict]) -> Iterator[str]:
-    for chunk in chunks:
-        for choice in chunk.get("choices") or ():
-            piece = (choice.get("delta") or choice.get("message") or {}).get("content")
-            if piece:
-                yield piece

@@ -3,6 +3,11 @@
     {"error": {"code": 429, "type": "rate_limited", "message": "...",
                "retry_after": 2, "request_id": "..."}}
 
+or of the Anthropic shape that /v1/messages answers in:
+
+    {"type": "error", "error": {"type": "rate_limit_error", "message": "..."},
+     "request_id": "..."}
+
 Every error carries `code` (the HTTP status; None when no answer came), `type`,
 `message`, `request_id` and `retry_after` (seconds, or None).
 """
@@ -93,6 +98,18 @@ BY_STATUS = {400: BadRequestError, 401: AuthenticationError, 403: PermissionDeni
              503: ServiceUnavailableError, 504: GatewayTimeoutError}
 
 
+# The status an error event in the middle of a stream stands for, when it carries none:
+# Anthropic's error types, the Responses API's error codes, the gateway's own types.
+BY_TYPE = {"invalid_request_error": 400, "authentication_error": 401,
+           "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+           "rate_limit_error": 429, "api_error": 500, "overloaded_error": 503,
+           "timeout_error": 504, "rate_limit_exceeded": 429, "invalid_prompt": 400,
+           "server_error": 500, "invalid_request": 400, "unauthorized": 401,
+           "forbidden": 403, "not_found": 404, "payload_too_large": 413,
+           "rate_limited": 429, "policy_violation": 451, "internal_error": 500, "backend_error": 502, "backend_unavailable": 503,
+           "backend_timeout": 504}
+
+
 def from_response(status: int, body: Any, headers: Any, retry_after: Optional[float]
                   ) -> APIStatusError:
     """The error for an answer, from the template when the body is one (a backend's
@@ -101,7 +118,7 @@ def from_response(status: int, body: Any, headers: Any, retry_after: Optional[fl
     if isinstance(err, dict):
         message = err.get("message") or f"HTTP {status}"
         type_ = err.get("type")
-        request_id = err.get("request_id")
+        request_id = err.get("request_id") or body.get("request_id")
         if isinstance(err.get("retry_after"), (int, float)) and retry_after is None:
             retry_after = float(err["retry_after"])
     else:
@@ -112,3 +129,31 @@ def from_response(status: int, body: Any, headers: Any, retry_after: Optional[fl
     cls = BY_STATUS.get(status, APIStatusError)
     return cls(str(message), code=status, type=type_, request_id=request_id,
                retry_after=retry_after, body=body)
+
+
+def from_event(event: dict, request_id: Optional[str]) -> Optional[APIStatusError]:
+    """The error an event of a stream stands for, or None: the gateway's template
+    ({"error": {...}}), Anthropic's error event ({"type": "error", "error": {...}}),
+    the Responses API's ({"type": "error", "code", "message"}) and its
+    response.failed ({"response": {"error": {...}}})."""
+    err = event.get("error")
+    if isinstance(err, dict):
+        body = event
+    elif event.get("type") == "error":
+        err, body = event, event
+    elif event.get("type") == "response.failed":
+        err = (event.get("response") or {}).get("error") or {}
+        body = event
+    else:
+        return None
+    code = err.get("code")
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    name = err.get("type") if err is not event else None
+    name = name or (code if isinstance(code, str) else None)
+    if status is None:
+        status = BY_TYPE.get(str(name), 500)
+    cls = BY_STATUS.get(status, APIStatusError)
+    return cls(str(err.get("message") or f"HTTP {status}"), code=status, type=name,
+               request_id=err.get("request_id") or event.get("request_id") or request_id,
+               retry_after=err.get("retry_after") if isinstance(
+                   err.get("retry_after"), (int, float)) else None, body=body)

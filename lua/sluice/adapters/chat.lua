@@ -9,7 +9,8 @@
 --   tools        OpenAI chat tools ({type = "function", ["function"] = {...}}) or nil
 --   tool_choice  OpenAI chat's form, or nil
 --   params       max_tokens, temperature, top_p, parallel_tool_calls,
---                response_format, user (chat's names)
+--                response_format, user, stop, top_k (chat's names; top_k from
+--                Anthropic callers, which vLLM and SGLang read)
 -- Its internal response adds to `outputs` (one text):
 --   tool_calls   { { id, name, arguments }, ... } or nil
 --   finish       "stop" | "length" | "tool_calls"
@@ -36,7 +37,7 @@ local EMPTY_JSON = '"\\u0001%[%]"'
 -- what a chat-form request's params may carry to a chat backend
 local CHAT_PARAMS = { "temperature", "top_p", "max_tokens", "parallel_tool_calls",
                       "response_format", "user", "stop", "seed", "presence_penalty",
-                      "frequency_penalty", "n" }
+                      "frequency_penalty", "n", "top_k" }
 
 local _M = {}
 

@@ -10,9 +10,9 @@
 --   Other callers' one text input -> input.
 --
 -- Chat fields Responses has no place for (stop, n above 1, seed, logprobs, the
--- penalties, audio input) are a 400 naming them. Answers: output items -> text and
--- tool calls, usage in chat's names; streams: Responses' events -> internal events
--- (adapters/chat.lua).
+-- penalties, audio input, an Anthropic caller's top_k) are a 400 naming them.
+-- Answers: output items -> text and tool calls, usage in chat's names; streams:
+-- Responses' events -> internal events (adapters/chat.lua).
 local cjson = require("cjson.safe")
 local common = require("sluice.adapters.common")
 
@@ -25,7 +25,8 @@ local json_null = cjson.null
 
 -- chat parameters with no Responses counterpart
 local REFUSED = { "stop", "seed", "presence_penalty", "frequency_penalty", "logprobs",
-                  "top_logprobs", "logit_bias", "audio", "modalities", "prediction" }
+                  "top_logprobs", "logit_bias", "audio", "modalities", "prediction",
+                  "top_k" }
 
 local _M = {}
 

@@ -1,7 +1,9 @@
 -- Streams converted event by event: a backend adapter with `events(doc, conv)` turns
 -- each of its SSE frames into internal events (adapters/chat.lua), and the caller's
--- emitter (`emitter` of the caller adapter: Responses' events, or OpenAI chat chunks
--- by default) writes them in the caller's protocol. A whole answer for a streaming
+-- emitter (`emitter` of the caller adapter: Responses' or Anthropic's events, or
+-- OpenAI chat chunks by default) writes them in the caller's protocol; an emitter's
+-- event or finish may refuse (nil, message: what the caller's protocol cannot carry),
+-- which stops the stream with an error event. A whole answer for a streaming
 -- caller goes the same way (synthesize). Frames of older backend adapters (`frame`:
 -- a text delta) go through adapters/sse.lua instead.
 local cjson = require("cjson.safe")
@@ -34,13 +36,22 @@ function _M.wanted(conv)
 end
 
 -- A whole internal response, for a caller that asked for a stream.
+-- nil, message when the emitter refuses an event (see frames).
 function _M.synthesize(conv, ires)
     local emit = emitter(conv)
     local out = { emit.start(conv) }
     for _, ev in ipairs(chat.events_of(ires)) do
-        out[#out + 1] = emit.event(conv, ev)
+        local s, err = emit.event(conv, ev)
+        if not s then
+            return nil, err
+        end
+        out[#out + 1] = s
     end
-    out[#out + 1] = emit.finish(conv)
+    local s, err = emit.finish(conv)
+    if not s then
+        return nil, err
+    end
+    out[#out + 1] = s
     return concat(out)
 end
 
@@ -124,9 +135,15 @@ function _M.frames(conv, data, eof, fail)
                     if ev.call then
                         track_args(conv, ev)
                     end
-                    out[#out + 1] = emit.event(conv, ev)
+                    local s
+                    s, err = emit.event(conv, ev)
+                    if not s then
+                        break
+                    end
+                    out[#out + 1] = s
                 end
-            else
+            end
+            if err then
                 ngx_log(ERR, "backend stream failed: ", err)
                 conv.failed = err
                 out[#out + 1] = emit.error(fail(err))
@@ -146,7 +163,15 @@ function _M.frames(conv, data, eof, fail)
             conv.failed = err
             out[#out + 1] = emit.error(fail(err))
         else
-            out[#out + 1] = emit.finish(conv)
+            local s
+            s, err = emit.finish(conv)
+            if s then
+                out[#out + 1] = s
+            else
+                ngx_log(ERR, "backend stream failed: ", err)
+                conv.failed = err
+                out[#out + 1] = emit.error(fail(err))
+            end
         end
     end
     return concat(out)

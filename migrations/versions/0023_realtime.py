@@ -4,8 +4,8 @@ plans.realtime_sessions (open at once per consumer, per gateway) and
 plans.realtime_session_s (the longest a session may last); NULL: no cap; and
 usage_daily.session_seconds (realtime sessions' length, each rounded up to a second).
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
 OLD_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses', 'gemini')")
+                 "'openai_responses', 'gemini', 'anthropic')")
 NEW_PROTOCOLS = ("protocol IN ('openai', 'predict', 'kserve_v2', 'tfserving', 'vendor', "
-                 "'openai_responses', 'gemini', 'openai_realtime')")
+                 "'openai_responses', 'gemini', 'anthropic', 'openai_realtime')")
 
 
 def upgrade() -> None:
