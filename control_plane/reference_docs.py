@@ -115,7 +115,7 @@ def admin_api_md() -> str:
              "Every call needs `Authorization: Bearer $ADMIN` (`SLUICE_ADMIN_TOKEN`) unless",
              "it says otherwise; the document itself is served at `GET /api/v1/openapi.json`",
              "without a token (it holds no secret), for generating clients; the test suite",
-             "fuzzes the API against it with schemathesis (`tests/api/test_openapi.py`).",
+             "fuzzes the API against it with schemathesis (`tests/api/test_fuzz_*.py`).",
              "Errors are in the [error template](troubleshooting.md); each",
              "operation lists its error statuses. Task-oriented guides: [Keys, JWT, plans,",
              "quotas and limits](keys-and-limits.md), [Models, backends and",

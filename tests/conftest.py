@@ -31,9 +31,11 @@ REPO = Path(__file__).resolve().parent.parent
 # Folders in the order their modules are handed to xdist workers: the slowest first.
 _FOLDER_ORDER = ("fleet", "e2e", "integration", "gateway", "api", "deploy", "unit")
 # Modules handed out before all folders: a module runs whole on one worker, so one
-# that takes minutes (the admin API's fuzzing alone, the route split's 2,000
-# consumers) must not start near the end, where it would run alone.
-_FIRST = ("tests/api/test_openapi.py", "tests/gateway/test_route_split.py")
+# that takes minutes (the admin API's fuzzing, shared out among four modules, the
+# route split's 2,000 consumers) must not start near the end, where it would run alone.
+_FIRST = ("tests/api/test_fuzz_access.py", "tests/api/test_fuzz_catalog.py",
+          "tests/gateway/test_route_split.py", "tests/api/test_fuzz_fleet.py",
+          "tests/api/test_fuzz_records.py")
 
 
 def _unit_of_work(path: str) -> tuple[str, str]:

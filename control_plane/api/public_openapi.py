@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from control_plane.api import public_anthropic
+from control_plane.api import public_anthropic, public_media
 from control_plane.api.public_schemas import MODEL_NAME, SCHEMAS, _ref
 
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "public-openapi.json"
@@ -202,6 +202,9 @@ PATHS: dict[str, Any] = {
 }
 
 
+PATHS.update(public_media.paths(_errors(), _TRACEPARENT))   # audio and images
+
+
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
@@ -211,7 +214,7 @@ def document() -> dict[str, Any]:
                                 "\"retry_after\", \"request_id\"}}."},
         "security": [{"bearer": []}, {"apiKey": []}],
         "components": {
-            "schemas": {**SCHEMAS, **public_anthropic.SCHEMAS},
+            "schemas": {**SCHEMAS, **public_anthropic.SCHEMAS, **public_media.SCHEMAS},
             "headers": HEADERS,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",

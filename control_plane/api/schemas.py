@@ -5,6 +5,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from control_plane.api import media_schema
 from control_plane.api import validation as v
 from control_plane.api.backend_fields import PRESET_FIELDS, SHAPE_FIELDS
 from control_plane.api.validation import Field, described
@@ -17,6 +18,7 @@ from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRI
 MAX_TIMEOUT_MS = 3_600_000
 MAX_CACHE_TTL_S = 30 * 86400
 MAX_OUTPUT_TOKENS = 2**31 - 1
+MAX_REQUEST_BYTES = 2**40
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 2**53           # quotas: the gateway counts in doubles
 MAX_AUTH_HEADER = 4096
@@ -77,6 +79,9 @@ class ModelSchema(Schema):
         "enabled": Field(v.boolean),
         # the most tokens one answer may ask for (null: the gateway's default bound)
         "max_output_tokens": Field(v.integer(1, MAX_OUTPUT_TOKENS), nullable=True),
+        # audio and image work (null: none) and the largest request body (null: default)
+        "media_tasks": Field(media_schema.media_tasks, nullable=True),
+        "max_request_bytes": Field(v.integer(1, MAX_REQUEST_BYTES), nullable=True),
         "weight_coefficients": Field(v.coefficients, nullable=True),
         # affinity: only backends on GPUs of this class serve the model
         "gpu_class": Field(gpu_class, nullable=True),
@@ -90,6 +95,7 @@ class ModelSchema(Schema):
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
                 "mask_pii": m.mask_pii, "enabled": m.enabled,
                 "max_output_tokens": m.max_output_tokens,
+                "media_tasks": m.media_tasks, "max_request_bytes": m.max_request_bytes,
                 "weight_coefficients": m.weight_coefficients,
                 "gpu_class": m.gpu_class,
                 "fallback_model": m.fallback_model,
@@ -160,13 +166,16 @@ class MappingSchema(Schema):
         "name": Field(v.name, required=True),
         "path": Field(v.url_path, required=True),
         "request": Field(v.json_object, required=True),
-        "response": Field(v.mapping_response, required=True),
+        "response": Field(media_schema.mapping_response, required=True),
+        # audio and images: how an upload travels (null: JSON from `request`)
+        "transport": Field(media_schema.mapping_transport, nullable=True),
     }
     update = {k: Field(f.parse) for k, f in create.items()}
 
     def render(self, m: Mapping) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "path": m.path, "request": m.request,
-                "response": m.response, "created_at": iso(m.created_at),
+                "response": m.response, "transport": m.transport,
+                "created_at": iso(m.created_at),
                 "updated_at": iso(m.updated_at)}
 
 
@@ -219,6 +228,7 @@ class PlanSchema(Schema):
         "daily_requests": Field(_count, nullable=True),
         "monthly_requests": Field(_count, nullable=True),
         "monthly_tokens": Field(_count, nullable=True),
+        **media_schema.PLAN_CAP_FIELDS,   # audio seconds, speech characters, images a day
         "model_overrides": Field(v.object_of(PLAN_LIMITS)),
         "priority": Field(v.one_of(*PRIORITIES)),
         "priority_header": Field(v.boolean),
@@ -239,6 +249,7 @@ class PlanSchema(Schema):
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,
                 "priority": p.priority, "priority_header": p.priority_header,
                 "queue_timeout_ms": p.queue_timeout_ms, "buffer_at_peak": p.buffer_at_peak,
+                **media_schema.plan_caps(p),
                 "realtime_sessions": p.realtime_sessions,
                 "realtime_session_s": p.realtime_session_s,
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}

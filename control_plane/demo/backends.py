@@ -2,7 +2,8 @@
 
 Protocols, all plain HTTP/1.1 with keep-alive (the others — ``kserve_v2``,
 ``tfserving``, ``vendor-a``, ``vendor-b`` — and OpenAI's completions and embeddings
-are described in ``control_plane/demo/protocols.py``):
+are described in ``control_plane/demo/protocols.py``; audio, images and the ASR
+vendors ``asr-json``, ``asr-raw`` in ``control_plane/demo/media.py``):
 
 - ``openai``: ``POST /v1/chat/completions`` (plain and SSE streaming,
   ``control_plane/demo/openai_chat.py``) and ``GET /v1/models``. The answer echoes the
@@ -53,11 +54,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from control_plane.demo import (anthropic_messages, metrics, openai_chat, openai_responses,
-                                protocols, readiness)
+from control_plane.demo import (anthropic_messages, media, metrics, openai_chat,
+                                openai_responses, protocols, readiness)
 from control_plane.demo.protocols import prediction  # noqa: F401 - part of this API
 
-PROTOCOLS = ("openai", "predict", "openai_responses", "anthropic") + protocols.EXTRA_PROTOCOLS
+PROTOCOLS = (("openai", "predict", "openai_responses", "anthropic") + protocols.EXTRA_PROTOCOLS
+             + media.PROTOCOLS)
 MAX_BODY = 16 * 1024 * 1024
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)/predict$")
 MODEL_PATH = re.compile(r"^/v1/models/([^/]+)$")
@@ -155,7 +157,7 @@ class DemoHandler(BaseHTTPRequestHandler):
         if self.server.access_log:
             super().log_message(fmt, *args)
 
-    def _read_body(self) -> bytes:
+    def _read_body(self, limit: int = MAX_BODY) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             parts = []
             while True:
@@ -167,7 +169,7 @@ class DemoHandler(BaseHTTPRequestHandler):
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        if length > limit:
             raise BadRequest("body too large")
         return self.rfile.read(length) if length else b""
 
@@ -204,7 +206,8 @@ class DemoHandler(BaseHTTPRequestHandler):
 
     def _send_error(self, status: int, message: str) -> None:
         """An error in this backend's own protocol shape."""
-        body = protocols.error_body(self.server.protocol, status, message)
+        body = protocols.error_body(self.server.protocol, status, message) \
+            or media.error_body(self.server.protocol, status, message)
         if body is not None:
             self._send_json(status, body)
             return
@@ -304,6 +307,12 @@ class DemoHandler(BaseHTTPRequestHandler):
         try:
             if metrics.handle(self, "POST", path):
                 return
+            handle = media.route(self.server.protocol, path)   # audio, images (media.py)
+            if handle is not None:
+                body = self._read_body(media.MAX_UPLOAD)
+                if not self._injected_fault(inference=True):
+                    handle(self, body, self.path.partition("?")[2])
+                return
             extra = protocols.route(self.server.protocol, path)
             if extra is not None:
                 handle, match = extra
@@ -333,7 +342,7 @@ class DemoHandler(BaseHTTPRequestHandler):
                     self._predict(match.group(1), body)
                 return
             self._read_body()  # drain, so the connection stays usable
-        except BadRequest as exc:
+        except (BadRequest, media.BadRequest, ValueError) as exc:
             self._send_error(400, str(exc))
             return
         self._send_error(404, f"no route for POST {path}")

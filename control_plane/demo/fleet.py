@@ -27,6 +27,8 @@ Small, but it shows the features a newcomer asks about on the first day:
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
+- audio and images (`asr-demo` with three ASR vendors, `tts-demo`, `image-demo`, …):
+  control_plane/demo/media_fleet.py.
 
 Seeding is idempotent: a second run updates ports and reuses the keys it is given.
 """
@@ -36,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from control_plane.clients.admin import AdminClient
+from control_plane.demo import media_fleet
 
 DEMO_MODELS = [
     {"name": "chat-demo", "timeout_ms": 30000, "mask_pii": True},
@@ -46,6 +49,7 @@ DEMO_MODELS = [
     {"name": "responses-demo", "timeout_ms": 30000},
     # a realtime session is closed after this long with no event either way
     {"name": "realtime-demo", "timeout_ms": 60000},
+    *media_fleet.MODELS,
 ]
 DEMO_ANTHROPIC_MODEL = "claude-demo"   # var/sluice-up.json: demo_anthropic_model
 DEMO_REALTIME_MODEL = "realtime-demo"
@@ -65,13 +69,14 @@ DEMO_BACKENDS = [
      "weight": 100},
     {"name": "realtime-demo-a", "model": "realtime-demo", "protocol": "openai_realtime",
      "weight": 100, "latency_ms": 0},
+    *media_fleet.BACKENDS,
 ]
 DEMO_ROUTE = {"name": "chat", "versions": [
     {"model": "chat-canary", "conditions": {"user_type": "vip"}},
     {"model": "chat-demo", "percent": 90},
     {"model": "chat-canary", "percent": 10}]}
 # brief 000's envelope names a model_type, not a model: which model serves each
-DEMO_MODEL_TYPES = {"nlp/sentiment": "sentiment-demo"}
+DEMO_MODEL_TYPES = {"nlp/sentiment": "sentiment-demo", **media_fleet.MODEL_TYPES}
 # generous: never in a demo's way, but usage and quotas have something to show
 DEMO_PLANS = [
     {"name": "demo", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
@@ -104,7 +109,7 @@ def backend_args(backend: Mapping[str, Any], port: int) -> list[str]:
     if backend["protocol"] == "openai_realtime":
         return ["--port", str(port), "--name", backend["name"],
                 "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]
-    args = ["--protocol", backend["protocol"], "--port", str(port),
+    args = ["--protocol", backend.get("serves", backend["protocol"]), "--port", str(port),
             "--name", backend["name"],
             "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]
     if backend.get("metrics"):
@@ -120,9 +125,11 @@ def seed(admin: AdminClient, backend_urls: Mapping[str, str],
     for m in DEMO_MODELS:    # a fallback model comes before the models naming it
         models[m["name"]] = admin.upsert("models", m["name"],
                                          **{k: v for k, v in m.items() if k != "name"})
+    mappings = media_fleet.seed_mappings(admin)
     for b in DEMO_BACKENDS:
         url = backend_urls[b["name"]]
         admin.upsert("backends", b["name"], model_id=models[b["model"]]["id"], url=url,
+                     mapping_id=mappings.get(b.get("mapping")),
                      protocol=b["protocol"], weight=b["weight"], enabled=True,
                      max_in_flight=b.get("max_in_flight"), gpu_class=b.get("gpu_class"),
                      metrics_url=url + "/metrics" if b.get("metrics") else None,

@@ -40,6 +40,7 @@ location @sluice_tls_{name} {{
 location = /_sluice/buffered_tls/{name} {{
     internal;
     recursive_error_pages on;
+    client_max_body_size 0;   # the caller's location limited the body (uploads)
     rewrite_by_lua_block {{ package.loaded["sluice.phases"].buffered() }}
     body_filter_by_lua_block {{ package.loaded["sluice.phases"].body_filter() }}
 {verify}{client}

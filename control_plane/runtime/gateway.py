@@ -14,7 +14,8 @@ With `tls_port`, `tls_cert` and `tls_key` the public server also listens for HTT
 reads the certificate files at start and at every `reload()` (what `sluice gateway`
 does on SIGHUP), so a renewed certificate is served from the next new connection.
 
-The prefix holds `conf/nginx.conf` (mode 0600: it carries the internal token),
+The prefix holds `conf/nginx.conf` and `conf/delivery.conf`, which it includes (mode
+0600: they carry the internal token),
 `logs/` (error.log, nginx.pid), `lkg/` (the last-known-good snapshot, written by the
 workers), `tmp/` (nginx's temp paths) and, for https backends, `conf/backend_tls.conf`
 with `conf/tls/` (their TLS locations and CAs: runtime/backend_trust.py). What
@@ -37,7 +38,7 @@ import requests
 from control_plane.clients.gateway import GatewayClient
 from control_plane.runtime import backend_trust, nginx_tls, procs
 from control_plane.runtime.gateway_config import GatewayConfig
-from control_plane.runtime.nginx_conf import WORKER_GROUP, WORKER_USER, _is_root, render
+from control_plane.runtime.nginx_conf import WORKER_GROUP, WORKER_USER, _is_root, render_all
 
 log = logging.getLogger("sluice.gateway")
 
@@ -106,7 +107,8 @@ class GatewayProcess:
         return self.prefix / "lkg" / "snapshot.json"
 
     def write_config(self) -> Path:
-        """Create the prefix layout and write conf/nginx.conf (0600)."""
+        """Create the prefix layout and write conf/nginx.conf and the files it
+        includes (0600)."""
         for sub in ("conf", "logs", "lkg", "tmp"):
             (self.prefix / sub).mkdir(parents=True, exist_ok=True)
         lkg = self.prefix / "lkg"
@@ -114,16 +116,19 @@ class GatewayProcess:
             _check_reachable_by_workers(lkg)
             os.chown(lkg, pwd.getpwnam(WORKER_USER).pw_uid, grp.getgrnam(WORKER_GROUP).gr_gid)
             os.chmod(lkg, 0o700)
-        text = render(self.cfg)
+        files = render_all(self.cfg)
         # the TLS locations of the https backends the last-known-good snapshot has
         backend_trust.write(self.conf_path.parent,
                             backend_trust.needed(backend_trust.read_lkg(self.lkg_path)))
-        tmp = self.conf_path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.conf_path)
+        # the included files first: nginx.conf names them (all 0600: the token)
+        for name in sorted(files, key=lambda n: n == "nginx.conf"):
+            path = self.conf_path.parent / name
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(files[name])
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
         return self.conf_path
 
     def _nginx(self, *args: str) -> list[str]:

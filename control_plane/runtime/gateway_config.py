@@ -22,6 +22,9 @@ class GatewayConfig:
     # Loopback unless a private network (a compose network) must reach it.
     internal_host: str = "127.0.0.1"
     client_max_body_size: str = "1m"
+    # The largest multipart upload (audio, image edits) the upload location reads; each
+    # model's own max_request_bytes (default 25 MiB) is enforced below it, in Lua.
+    max_upload_size: str = "100m"
     # Characters of each request body kept, PII-masked, in the access log; 0 = none.
     log_excerpts: int = 0
     # Cluster mode: redis://[[user]:password@]host[:port][/db] shared by the gateways

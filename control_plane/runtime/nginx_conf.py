@@ -1,6 +1,7 @@
 """The gateway's nginx.conf: `render`, which fills nginx/nginx.conf.tmpl's
 {{placeholders}} from a `GatewayConfig` (runtime/gateway_config.py: what differs
-between two gateways on one machine).
+between two gateways on one machine), and `render_all`, which also fills the
+templates of the files it includes (INCLUDED: nginx/delivery.conf.tmpl) the same way.
 
 Pure text: nothing here starts nginx or writes a file (runtime/gateway.py does);
 the TLS lines come from runtime/nginx_tls.py.
@@ -18,6 +19,8 @@ from control_plane.runtime.gateway_config import REPO, GatewayConfig
 from control_plane.settings import parse_redis_url
 
 TEMPLATE = REPO / "nginx" / "nginx.conf.tmpl"
+# conf/<name> that nginx.conf includes -> its template (the same placeholders)
+INCLUDED = {"delivery.conf": REPO / "nginx" / "delivery.conf.tmpl"}
 
 # Workers drop to this user when the master runs as root (this machine, CI).
 WORKER_USER = "nobody"
@@ -97,11 +100,19 @@ def _jobs_proxy(url: str | None) -> str:
 
 def render(cfg: GatewayConfig) -> str:
     """The nginx.conf for `cfg`: nginx/nginx.conf.tmpl with its {{placeholders}} filled."""
+    return render_all(cfg)["nginx.conf"]
+
+
+def render_all(cfg: GatewayConfig) -> dict[str, str]:
+    """{file name under conf/: text} for `cfg`: nginx.conf and the files it includes."""
     if not _TOKEN_RE.match(cfg.token):
         raise ValueError("token must be 16-256 characters of [A-Za-z0-9._~+/=-]")
     if not _SIZE_RE.match(cfg.client_max_body_size):
         raise ValueError(f"client_max_body_size {cfg.client_max_body_size!r} is not an "
                          "nginx size such as 1m or 512k")
+    if not _SIZE_RE.match(cfg.max_upload_size):
+        raise ValueError(f"max_upload_size {cfg.max_upload_size!r} is not an "
+                         "nginx size such as 100m")
     if cfg.workers < 1:
         raise ValueError("workers must be >= 1")
     ports = [int(cfg.internal_port)] + ([int(cfg.port)] if cfg.plain else [])
@@ -128,6 +139,7 @@ def render(cfg: GatewayConfig) -> str:
         "internal_tls": internal_tls,
         "log_excerpts": str(max(0, int(cfg.log_excerpts))),
         "client_max_body_size": cfg.client_max_body_size,
+        "max_upload_size": cfg.max_upload_size,
         "redis": redis,
         # HTTP/2 is spoken only by the HTTPS listener (nginx_tls.public_listen)
         "http2": "true" if cfg.tls_port is not None else "false",
@@ -137,10 +149,12 @@ def render(cfg: GatewayConfig) -> str:
         "loop_socket": str(nginx_tls.h1_socket(cfg)),
     }
 
-    def fill(m: re.Match) -> str:
-        name = m.group(1)
-        if name not in values:
-            raise KeyError(f"{TEMPLATE}: unknown placeholder {{{{{name}}}}}")
-        return values[name]
+    def fill(template: Path) -> str:
+        def one(m: re.Match) -> str:
+            name = m.group(1)
+            if name not in values:
+                raise KeyError(f"{template}: unknown placeholder {{{{{name}}}}}")
+            return values[name]
+        return _PLACEHOLDER_RE.sub(one, template.read_text())
 
-    return _PLACEHOLDER_RE.sub(fill, TEMPLATE.read_text())
+    return {"nginx.conf": fill(TEMPLATE), **{name: fill(t) for name, t in INCLUDED.items()}}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from control_plane.clients.admin import AdminClient, AdminError
 from control_plane.db import make_engine, make_sessionmaker
-from control_plane.demo import fleet
+from control_plane.demo import fleet, media_fleet
 from control_plane.runtime import certs, membership, migrate, postgres, procs, rabbitmq
 from control_plane.runtime.gateway import GatewayProcess
 from control_plane.runtime.gateway_config import GatewayConfig
@@ -199,6 +199,7 @@ class Stack:
             "demo_responses_model": "responses-demo",   # speaks the Responses API natively
             # GET /v1/realtime?model=<this> (a WebSocket; docs/realtime.md)
             "demo_realtime_model": fleet.DEMO_REALTIME_MODEL,
+            **media_fleet.UP_KEYS,   # demo_asr_model, demo_tts_model, demo_image_model
             "database_url": db_url,
             "amqp_url": amqp_url,
             "logs": str(logs),
@@ -332,6 +333,11 @@ Async (202 and a job; GET the Location with the same key for the answer):
   curl -si {info['gateway_url']}/v1/chat/completions -H 'Prefer: respond-async' \
     -H 'Authorization: Bearer {info['demo_api_key']}' -H 'Content-Type: application/json' \
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hello"}}]}}'
+
+Audio ({info['demo_asr_model']}: three ASR vendors, one answer; any WAV file):
+  curl -s {info['gateway_url']}/v1/audio/transcriptions \\
+    -H 'Authorization: Bearer {info['demo_api_key']}' \\
+    -F model={info['demo_asr_model']} -F file=@call.wav -F response_format=srt
 
 Over HTTPS, trusting the demo CA:
   curl -s --cacert {info['ca_cert']} {info['gateway_tls_url']}/v1/chat/completions \\

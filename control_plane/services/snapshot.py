@@ -16,7 +16,7 @@ from control_plane.services import affinity, presets
 from control_plane.services.config_state import current_version
 from control_plane.settings import Settings
 from control_plane.tables.config import (ApiKey, Backend, Consumer, ContentPolicy, JwtIssuer, Mapping,
-                                         Model, ModelType, Plan)
+                                         Model, ModelType, Plan, PLAN_CAPS)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
     entry["priority_header"] = plan.priority_header
     entry["queue_timeout_ms"] = plan.queue_timeout()
     entry["buffer_at_peak"] = plan.buffer_at_peak
+    for field in PLAN_CAPS:   # audio and image work per day: only when capped
+        if getattr(plan, field) is not None:
+            entry[field] = getattr(plan, field)
     return entry
 
 
@@ -157,6 +160,11 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                               "backends": backends}
         if model.gpu_class:
             models[model.name]["gpu_class"] = model.gpu_class
+        # audio and image models only (lua/sluice/media.lua)
+        if model.media_tasks:
+            models[model.name]["media_tasks"] = model.media_tasks
+        if model.max_request_bytes is not None:
+            models[model.name]["max_request_bytes"] = model.max_request_bytes
     for entry in models.values():   # a disabled fallback is no fallback
         if entry["fallback_model"] not in models:
             entry["fallback_model"] = None
@@ -183,7 +191,8 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
                                     .order_by(JwtIssuer.id))}
 
     mappings = {
-        m.name: {"path": m.path, "request": m.request, "response": m.response}
+        m.name: {"path": m.path, "request": m.request, "response": m.response,
+                 **(m.transport or {})}
         for m in session.scalars(select(Mapping).order_by(Mapping.id))
     }
 

@@ -17,6 +17,11 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor", "openai_responses",
              "gemini", "anthropic", "openai_realtime")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
+# The audio and image work a model may do (lua/sluice/media.lua): the endpoints
+# /v1/audio/transcriptions, /translations, /speech, /v1/images/* refuse other models.
+MEDIA_TASKS = ("transcription", "translation", "speech", "image")
+# A plan's daily caps on that work (Plan columns below; lua/sluice/media_caps.lua).
+PLAN_CAPS = ("max_audio_seconds_per_day", "max_speech_chars_per_day", "max_images_per_day")
 PRIORITIES = ("critical", "standard", "best_effort")   # admission classes, highest first
 # How long a request of each class waits in the gateway for a slot of a saturated pool
 # when its plan sets no queue_timeout_ms (best-effort: refused at once).
@@ -41,6 +46,11 @@ class Model(Timestamps, Base):
     # The most tokens one answer may ask for (max_tokens, max_completion_tokens): the
     # gateway refuses more with 400 (lua/sluice/strict.lua); NULL: its default bound.
     max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Audio and image work it does (MEDIA_TASKS; NULL: none), and the largest request
+    # body it takes (NULL: 25 MiB on the audio and image endpoints, the gateway's
+    # body limit elsewhere): past it, 413 (lua/sluice/media.lua).
+    media_tasks: Mapped[list | None] = mapped_column(JSONB, nullable=True)
+    max_request_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # Coefficients of the weight formula for this model's pools, e.g.
     # {"memory": 0.6, "success": 0.3, "latency": 0.1}; NULL: the controller's defaults.
     weight_coefficients: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
@@ -58,7 +68,8 @@ class Model(Timestamps, Base):
     __table_args__ = (CheckConstraint("timeout_ms > 0", name="timeout_positive"),
                       CheckConstraint("cache_ttl_s >= 0", name="cache_ttl_non_negative"),
                       CheckConstraint("fallback_model <> name", name="fallback_not_self"),
-                      CheckConstraint("max_output_tokens > 0", name="max_output_tokens_positive"))
+                      CheckConstraint("max_output_tokens > 0", name="max_output_tokens_positive"),
+                      CheckConstraint("max_request_bytes > 0", name="max_request_bytes_positive"))
 
 
 class ModelType(Timestamps, Base):
@@ -82,6 +93,9 @@ class Mapping(Timestamps, Base):
     path: Mapped[str] = mapped_column(String(1024))
     request: Mapped[dict] = mapped_column(JSONB)
     response: Mapped[dict] = mapped_column(JSONB)
+    # Audio and images: how an upload travels to the vendor (upload, field,
+    # content_type, query, headers, defaults; lua/sluice/media_mapping.lua); NULL: none.
+    transport: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
 
 
 class Backend(Timestamps, Base):
@@ -224,6 +238,10 @@ class Plan(Timestamps, Base):
     daily_requests: Mapped[int | None] = mapped_column(BigInteger)
     monthly_requests: Mapped[int | None] = mapped_column(BigInteger)
     monthly_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # audio and image work per UTC day (lua/sluice/media_caps.lua); NULL: no cap
+    max_audio_seconds_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    max_speech_chars_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    max_images_per_day: Mapped[int | None] = mapped_column(BigInteger)
     model_overrides: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     # Admission class of its consumers' requests when a pool is saturated, and
     # whether a caller may lower it per request (X-Sluice-Priority).

@@ -175,6 +175,11 @@ class UsageDaily(Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     total_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # audio and image work (lua/sluice/media_usage.lua): milliseconds of audio
+    # transcribed or translated, characters of text spoken, images made
+    audio_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    input_chars: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    images: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # realtime sessions' length (each rounded up to a whole second)
     session_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
@@ -189,7 +194,7 @@ class UsageCursor(Base):
     boot: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[float] = mapped_column(Float)
     # "<YYYYMMDD>|<consumer id>|<model>" -> [requests, prompt, completion, total,
-    # session seconds]
+    # audio ms, characters, images, session seconds]
     counters: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now())

@@ -126,6 +126,11 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
         buf:put('","excerpt":"', esc(excerpt), '","fallback":"', esc(fallback),
                 '","queue_ms":"', count(queue_ms), '","upstream_error":"', esc(up_err))
     end
+    local bill = u.media   -- audio and image work only (sluice.media_usage)
+    if bill then
+        buf:put('","audio_seconds":"', count(bill.audio), '","input_chars":"',
+                count(bill.chars), '","images":"', count(bill.images))
+    end
     local t = ctx.trace or NOTHING
     buf:put('","trace_id":"', plain(t.id), '","span_id":"', plain(t.span),
             '","parent_span_id":"', plain(t.parent), '"}')

@@ -17,6 +17,7 @@ local upstream_tls = require("sluice.upstream_tls")
 local shape = require("sluice.shape")
 local same = require("sluice.same").same
 local moved = require("sluice.moved")
+local media = require("sluice.media")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -118,6 +119,7 @@ local function compile_model(s, name, m, maps)
         end
     end
     table.sort(order)
+    local media_tasks, max_request_bytes = media.compile_model(m)
     return { name = name, timeout = m.timeout_ms / 1000, pools = pools,
              cache_ttl = m.cache_ttl_s or DEFAULT_CACHE_TTL,
              cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
@@ -125,6 +127,7 @@ local function compile_model(s, name, m, maps)
              mask_pii = m.mask_pii == true,   -- sluice.pii.forward
              -- sluice.strict: the max_tokens bound (nil: strict's default)
              max_output_tokens = m.max_output_tokens ~= json_null and m.max_output_tokens or nil,
+             media_tasks = media_tasks, max_request_bytes = max_request_bytes,   -- sluice.media
              pool_order = order }
 end
 

@@ -50,10 +50,15 @@
 --    .model_name         steps           the model asked for, then a route's choice (metrics, log)
 --    .model              steps (fallback: its model)  the chosen model (snapshot table)
 --    .route, .route_version  splits      route that chose `model_name`, the version it chose
---  body                  target, pii     the request's body
+--  body                  target, pii, phases  the request's body
 --    .doc, .len          target (fallback: re-encoded)  decoded body (nil when no step reads it: a
 --                                        path-named model forwarded unchanged), its length
 --    .excerpt            pii             masked start of the body, when enabled
+--    .form               target          an upload's form as `sluice.upload` read it (its small fields, the
+--                                        file part, the boundary); nil for a JSON body
+--    .too_large          phases          the message of a 413 refused in access, for the error page
+--                                        (nginx's own 413 closes the connection: the unread body is never
+--                                        taken for a next request)
 --  backend               balancer, admission, queue, steps, upstream_tls, shape  the backend and what the
 --                                        request holds of it
 --    .pool, .index, .breaker_cfg  balancer  the chosen backend: its pool, its index in `pool.backends`,
@@ -112,6 +117,9 @@
 --    .total, .prompt, .completion  tokens  what the answer reported (log line, usage counters)
 --    .sse, .len, .n, .bytes, .parts, .carry, .done  tokens  body-filter scan state
 --    .keys               usage           the request's usage counter keys
+--    .media              media_usage     what audio and image work bills (audio seconds, characters,
+--                                        images) and, on a plan with daily caps, what it holds of them
+--                                        (`media_caps`)
 --  error_type            errors          the error template's type (`errors.note` for a backend's own error,
 --                                        from convert's body filter)
 --

@@ -16,6 +16,8 @@
 local cjson = require("cjson.safe")
 local errors = require("sluice.errors")
 local sse = require("sluice.adapters.sse")
+local media_convert = require("sluice.media_convert")
+local media_envelope = require("sluice.media_envelope")
 local stream = require("sluice.adapters.stream")
 local carry = require("sluice.carry")
 
@@ -63,6 +65,7 @@ local BACKEND_5XX = { [503] = 503, [504] = 504 }
 local _M = {}
 
 function _M.native_path(endpoint, model_name)
+    if endpoint.path then return endpoint.path end   -- audio, images
     local name = endpoint.name
     if name == "chat" then return "/v1/chat/completions" end
     if name == "completions" then return "/v1/completions" end
@@ -84,6 +87,14 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
         end
         return nil, nil, nil, nil, _M.native_path(endpoint, model_name)
     end
+    if endpoint.kind == "media" then   -- audio and images to another protocol
+        return media_convert.prepare(ctx, endpoint, doc, model_name, pool, BACKENDS.vendor)
+    end
+    local model = ctx.target.model
+    if endpoint.caller == "unified" and model and model.media_tasks then   -- asr/, tts/
+        return media_envelope.prepare(ctx, endpoint, doc, model, model_name, pool,
+                                      BACKENDS[protocol])
+    end
     if endpoint.kind == "embedding" and protocol ~= "openai" then
         return 400, "invalid_request", "model " .. model_name
                .. " cannot compute embeddings (its backends speak " .. protocol .. ")"
@@ -100,7 +111,6 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     if not ireq then
         return 400, invalid, err, param and { param = param }
     end
-    local model = ctx.target.model
     ireq.max_output = model and model.max_output_tokens   -- max_tokens when none is asked
     local backend = BACKENDS[protocol]
     local path, body
@@ -169,6 +179,8 @@ function _M.header_filter(ctx)
         conv.retry_after = tonumber(ngx_header["Retry-After"])
         ngx_header["Content-Type"] = "application/json"
         ngx_header["Content-Encoding"] = nil
+    elseif conv.media then   -- audio, images (sluice.media_convert)
+        ngx_header["Content-Type"] = media_convert.content_type(conv)
     elseif conv.sse then
         ngx_header["Content-Type"] = "text/event-stream; charset=utf-8"
         ngx_header["Cache-Control"] = "no-cache"
@@ -215,6 +227,14 @@ local function error_body(ctx, conv, doc)
 end
 
 local function finish(conv, raw)
+    if conv.media then
+        local body, err = media_convert.finish(conv, raw)
+        if not body then
+            conv.failed = err
+            return failure(err) .. "\n"
+        end
+        return body
+    end
     local ireq, backend = conv.ireq, conv.backend
     local doc = cjson.decode(raw)
     local ires, err

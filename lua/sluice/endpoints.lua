@@ -8,6 +8,11 @@
 --   POST /v1/embeddings                 openai     embedding   model in body
 --   POST /v1/messages                   anthropic  chat        model in body
 --   POST /v1/messages/count_tokens      anthropic  (answered by the gateway)
+--   POST /v1/audio/transcriptions       openai     media       model in the form (upload)
+--   POST /v1/audio/translations         openai     media       model in the form (upload)
+--   POST /v1/audio/speech               openai     media       model in body
+--   POST /v1/images/generations         openai     media       model in body
+--   POST /v1/images/edits               openai     media       model in the form (upload)
 --   POST /v1/responses                  openai     chat        model in body (the
 --                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
@@ -36,6 +41,23 @@ local BY_PATH = {
                          native = "anthropic" },
     ["/v1/messages/count_tokens"] = { name = "count_tokens", caller = "anthropic",
                                       kind = "chat", answered = true },
+    -- audio and images (sluice.media: `task` is what a model must serve; `path`, the
+    -- OpenAI backend's; an upload's form is read by sluice.upload, its file part
+    -- named `file_field`)
+    ["/v1/audio/transcriptions"] = { name = "transcriptions", caller = "openai", kind = "media",
+                                     native = "openai", task = "transcription", upload = true,
+                                     file_field = "file", path = "/v1/audio/transcriptions" },
+    ["/v1/audio/translations"] = { name = "translations", caller = "openai", kind = "media",
+                                   native = "openai", task = "translation", upload = true,
+                                   file_field = "file", path = "/v1/audio/translations" },
+    ["/v1/audio/speech"] = { name = "speech", caller = "openai", kind = "media",
+                             native = "openai", task = "speech", path = "/v1/audio/speech" },
+    ["/v1/images/generations"] = { name = "images", caller = "openai", kind = "media",
+                                   native = "openai", task = "image",
+                                   path = "/v1/images/generations" },
+    ["/v1/images/edits"] = { name = "image_edits", caller = "openai", kind = "media",
+                             native = "openai", task = "image", upload = true,
+                             file_field = "image", path = "/v1/images/edits" },
     -- `api`: the caller adapter when it is not `caller` (errors stay OpenAI's)
     ["/v1/responses"] = { name = "responses", caller = "openai", api = "responses",
                           kind = "chat", native = "openai_responses" },

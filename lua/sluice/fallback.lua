@@ -77,6 +77,25 @@ function _M.give_up(ctx, why)
            .. " timed out and its fallback " .. name .. " " .. why
 end
 
+-- route() of an upload: its form goes on as it came, from memory (saved by arm()) or
+-- from nginx's temporary file when the first pass sent it unchanged (a vendor's body
+-- replaced it: no fallback then). Its `model` field still names the first model.
+local function upload_route(ctx, snap, endpoint, name, model)
+    local saved = ctx.fallback.body
+    if saved then
+        ngx_req.set_body_data(saved)
+    elseif ctx.conv and not ctx.conv.native then
+        return nil, "cannot take this request (its upload was converted for a vendor)"
+    end
+    local pool = select(5, target.pool(snap, endpoint, name))
+    local backend = pool and balancer.choose(ctx, pool, snap.breaker)
+    if not backend then
+        return nil, "has no available backend"
+    end
+    ctx.target.model = model
+    return endpoint, nil, pool, backend
+end
+
 -- Access phase of @sluice_fallback: route the saved request to the fallback model
 -- (sets ctx.target.model, ctx.body.doc/len; tokens.fallback: the second pass's scan).
 -- Returns endpoint, body (decoded), pool, backend; or nil and why not.
@@ -92,6 +111,9 @@ function _M.route(ctx)
         return nil, "is not served"
     end
     local endpoint = select(5, endpoints.match(ctx))
+    if endpoint and endpoint.upload then   -- audio, image edits: sluice.upload
+        return upload_route(ctx, snap, endpoint, name, model)
+    end
     local doc = cjson.decode(armed.body or "")
     if not endpoint or type(doc) ~= "table" then
         return nil, "cannot take this request"

@@ -1,7 +1,7 @@
 -- Async jobs in the gateway (docs/contracts.md, "Async jobs"). The gateway does no
 -- job work: it authenticates the caller as usual, then the request goes (ngx.exec, by
 -- sluice.phases: sluice.delivery's "job") to the named location @sluice_jobs
--- (nginx/nginx.conf.tmpl), which proxies to the jobs service with the gateway token,
+-- (nginx/delivery.conf.tmpl), which proxies to the jobs service with the gateway token,
 -- under the URI set here; this module sets the caller's consumer id, priority class
 -- and model as request headers, replacing any the caller sent.
 --

@@ -1,5 +1,7 @@
 -- Vendor mappings in the snapshot ("mappings": {name: mapping}; docs/contracts.md):
 -- validated with the snapshot, compiled once per snapshot for adapters/vendor.lua.
+local media_mapping = require("sluice.media_mapping")   -- audio and image fields
+
 local type = type
 local pairs = pairs
 local tostring = tostring
@@ -48,6 +50,8 @@ function _M.validate(mappings)
         if m.response.error ~= nil and not is_pointer(m.response.error) then
             return where .. ".response.error: must be a JSON pointer"
         end
+        local merr = media_mapping.validate(m, where)
+        if merr then return merr end
     end
     return nil
 end
@@ -55,9 +59,10 @@ end
 function _M.compile(mappings)
     local out = {}
     for name, m in pairs(mappings or {}) do
-        out[name] = { name = name, path = m.path, request = m.request,
-                      output = m.response.output, error = m.response.error,
-                      batch = uses_batch(m.request) }
+        out[name] = media_mapping.compile(m, {
+            name = name, path = m.path, request = m.request,
+            output = m.response.output, error = m.response.error,
+            batch = uses_batch(m.request) })
     end
     return out
 end

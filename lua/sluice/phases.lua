@@ -167,6 +167,12 @@ function _M.access()
         return answer(err_type, msg)
     elseif status == 499 then   -- the caller went away while it waited for a slot
         return ngx_exit(499)
+    elseif status == 413 then
+        -- a body left unread (an upload refused early): nginx's own 413 answers, through
+        -- the error page, and closes the connection, so that the rest of the body is
+        -- never taken for a next request
+        ctx.body.too_large = msg
+        return ngx_exit(413)
     elseif status then
         return errors.exit(status, err_type, msg, extra)
     end
@@ -333,7 +339,8 @@ function _M.error_page()
         err_type, msg = "backend_tls_error", "backend TLS handshake failed: " .. tls_failure
         upstream_tls.count_failure(ctx.target.model_name or "", observe.backend_name(ctx))
     elseif status == 413 then
-        err_type, msg = "payload_too_large", "request body is larger than this gateway accepts"
+        err_type, msg = "payload_too_large",
+                        ctx.body.too_large or "request body is larger than this gateway accepts"
     elseif status == 494 or status == 400 then
         -- only 494 is routed here; nginx shows it as 400 by the time we run
         status, err_type, msg = 400, "invalid_request", "request headers are too large"

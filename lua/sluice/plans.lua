@@ -3,6 +3,7 @@
 -- overridden field also gets its own counter scope (":<model>") so that a model with
 -- its own rate has its own bucket, while the other models share the plan's (":*").
 local cjson = require("cjson.safe")
+local media_caps = require("sluice.media_caps")   -- audio and image caps per day
 
 local type = type
 local pairs = pairs
@@ -66,6 +67,8 @@ function _M.validate(plans)
             local err = check_field(name, p[name], where)
             if err then return err end
         end
+        local merr = media_caps.validate(p, where)
+        if merr then return merr end
         if present(p.models) then
             if type(p.models) ~= "table" then return where .. ".models: must be an object" end
             for mname, o in pairs(p.models) do
@@ -92,7 +95,7 @@ local function finish(lim)
 end
 
 local function compile_one(p)
-    local base = { name = p.name, rate = DEFAULT_RATE }
+    local base = { name = p.name, rate = DEFAULT_RATE, media_caps = media_caps.compile(p) }
     for name, field in pairs(FIELDS) do
         if present(p[name]) then
             base[field] = p[name]

@@ -239,7 +239,8 @@ function _M.choose(ctx, snap, endpoint, model_name, consumer)
     aim.route = route.name
     aim.route_version = target
     metrics.inc("sluice_route_requests_total", 1, route.name, target)
-    if target ~= model_name and not endpoint.model_in_path then
+    -- (an upload's form keeps the name asked: it is not rewritten in Lua)
+    if target ~= model_name and not endpoint.model_in_path and not endpoint.upload then
         rewrite_body(ctx, model_name, target)
     end
     return target
@@ -249,7 +250,7 @@ end
 -- the version chosen above; give the body its model name back.
 function _M.unchoose(ctx, endpoint, asked)
     local target = ctx.target.route_version
-    if target and target ~= asked and not endpoint.model_in_path then
+    if target and target ~= asked and not endpoint.model_in_path and not endpoint.upload then
         rewrite_body(ctx, target, asked)
     end
 end

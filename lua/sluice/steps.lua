@@ -29,6 +29,9 @@ local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 local anthropic = require("sluice.adapters.anthropic")
 local shape = require("sluice.shape")
+local media = require("sluice.media")
+local media_usage = require("sluice.media_usage")
+local media_caps = require("sluice.media_caps")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -83,8 +86,13 @@ end
 
 -- Strict requests (lua/sluice/strict.lua), and what the model's backends cannot
 -- carry (lua/sluice/carry.lua): nil, or 400 naming the bad param (OpenAI's error type
--- for OpenAI callers, so their clients read it as OpenAI's own).
-local function refuse_malformed(endpoint, doc, model)
+-- for OpenAI callers, so their clients read it as OpenAI's own). Audio and images:
+-- does the model do that work, does the body fit it (sluice.media)?
+local function refuse_malformed(endpoint, doc, model, len)
+    local status, err_type, msg, extra = media.check(endpoint, model, len)
+    if status then
+        return status, err_type, msg, extra
+    end
     local param, why = strict.check(endpoint.name, doc, strict.limit(model))
     if not param then
         param, why = carry.check_model(endpoint, doc, model)
@@ -175,7 +183,8 @@ function _M.admit(ctx)
         return 403, "forbidden", "this key may not use model " .. model_name
     end
     -- the protocol's fields, typed and in range (a route's limit: its choice's, below)
-    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name])
+    status, err_type, msg, extra = refuse_malformed(endpoint, doc, snap.models[model_name],
+                                                  ctx.body.len)
     if status then
         return status, err_type, msg, extra
     end
@@ -189,6 +198,12 @@ function _M.admit(ctx)
     status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name,
                                                 endpoint.caller == "openai" or endpoint.llm)
     if status then
+        return status, err_type, msg, extra
+    end
+    media_usage.note(ctx, endpoint, doc)   -- audio seconds, characters, images
+    status, err_type, msg, extra = media_caps.reserve(ctx, snap, consumer, model_name)
+    if status then
+        policy.undo(ctx)   -- refused by a cap: the plan's other limits go back
         return status, err_type, msg, extra
     end
     usage.count(ctx, endpoint, consumer, model_name)
@@ -209,7 +224,7 @@ function _M.admit(ctx)
         return status, err_type, msg, extra
     end
     if model_name ~= asked then
-        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model)
+        status, err_type, msg, extra = refuse_malformed(endpoint, doc, model, ctx.body.len)
         if status then
             return status, err_type, msg, extra
         end

@@ -12,6 +12,8 @@ local type = type
 local shape_error = body_rules.shape_error
 local ascii = require("sluice.bytes").ascii
 local needs_doc = body_rules.needs_doc
+local upload = require("sluice.upload")
+local spread = require("sluice.spread")
 
 local REALTIME = "openai_realtime"   -- the pool of sluice.realtime's backends
 
@@ -60,8 +62,17 @@ end
 -- otherwise. The unified envelope may name
 -- a `model_type` instead of a `model` (brief 000): the snapshot's `model_types` map
 -- says which model or route serves it; `model`, when present, wins.
--- Sets ctx.body.len, and ctx.body.doc when decoded.
+-- Sets ctx.body.len, and ctx.body.doc when decoded (an upload: ctx.body.form).
 function _M.model_name(ctx, endpoint, path_model, snap)
+    if endpoint.upload then   -- multipart: its head only (sluice.upload); sets ctx.body.form
+        local status, err_type, msg, extra, name, size, form = upload.read(endpoint, snap)
+        if status then
+            return status, err_type, msg, extra
+        end
+        local body = ctx.body
+        body.len, body.form = size, form
+        return nil, nil, nil, nil, name, nil
+    end
     local body, status, err_type, msg = read_body(ctx)
     if not body then
         return status, err_type, msg
@@ -107,7 +118,14 @@ function _M.pool(snap, endpoint, model_name)
     if not model then
         return 404, "not_found", "unknown model " .. model_name
     end
-    local pool = endpoint.native and model.pools[endpoint.native]
+    local pool
+    -- audio and images (and the envelope's asr/, tts/): vendors by weight
+    if (endpoint.task or endpoint.caller == "unified" and model.media_tasks)
+       and model.pool_order[2] then
+        pool = spread.pool(model, endpoint)
+    else
+        pool = endpoint.native and model.pools[endpoint.native]
+    end
     if not pool then
         local order = model.pool_order
         for i = 1, #order do

@@ -2,7 +2,8 @@
 -- (usage_daily), and the fleet's usage pushed back so that quotas survive restarts.
 --
 -- Counting (shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>" with
--- f = r (requests), p / c / t (prompt / completion / total tokens), s (realtime session
+-- f = r (requests), p / c / t (prompt / completion / total tokens), a / x / i (audio
+-- milliseconds, characters spoken, images made: sluice.media_usage), s (realtime session
 -- seconds, sluice.realtime_pump: each session's length rounded up). A request adds
 -- one to r in access when the plan admitted it (what the quota counters count too),
 -- and its tokens in log when the answer reported `usage` (consumers on a plan), to a
@@ -23,6 +24,8 @@ local limits = require("sluice.limits")
 local metrics = require("sluice.metrics")
 local clear_tab = require("table.clear")
 local tokens = require("sluice.tokens")
+local media_usage = require("sluice.media_usage")
+local media_caps = require("sluice.media_caps")
 
 local ngx = ngx
 local ngx_time = ngx.time
@@ -38,12 +41,15 @@ local ceil = math.ceil
 local str_format = string.format
 local str_byte = string.byte
 local io_open = io.open
+local floor = math.floor
 
 local dict = ngx.shared.sluice_usage
 local limits_dict = ngx.shared.sluice_limits
 
 local KEEP = 3 * 86400     -- a day's counters outlive the day by this (controller away)
-local FIELDS = { "r", "p", "c", "t", "s" }
+-- requests, prompt / completion / total tokens; audio ms, characters spoken, images
+-- made (sluice.media_usage); realtime session seconds (sluice.realtime_pump)
+local FIELDS = { "r", "p", "c", "t", "a", "x", "i", "s" }
 local N_FIELDS = #FIELDS
 
 local _M = {}
@@ -75,7 +81,9 @@ local function keys_for(cid, model)
     if not k then
         local base = day .. "|" .. cid .. "|" .. model .. "|"
         k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t",
-              s = base .. "s", expires = expires, nr = 0, np = 0, nc = 0, nt = 0, ns = 0,
+              a = base .. "a", x = base .. "x", i = base .. "i", s = base .. "s",
+              expires = expires, nr = 0, np = 0, nc = 0, nt = 0, na = 0, nx = 0, ni = 0,
+              ns = 0,
               dirty = false }
         per[model] = k
     end
@@ -115,9 +123,18 @@ local function flush()
             put(k.p, k.np, ttl)
             put(k.c, k.nc, ttl)
             put(k.t, k.nt, ttl)
-            put(k.s, k.ns, ttl)
+            if k.na ~= 0 or k.nx ~= 0 or k.ni ~= 0 then
+                put(k.a, k.na, ttl)
+                put(k.x, k.nx, ttl)
+                put(k.i, k.ni, ttl)
+                k.na, k.nx, k.ni = 0, 0, 0
+            end
+            if k.ns ~= 0 then
+                put(k.s, k.ns, ttl)
+                k.ns = 0
+            end
         end
-        k.nr, k.np, k.nc, k.nt, k.ns, k.dirty = 0, 0, 0, 0, 0, false
+        k.nr, k.np, k.nc, k.nt, k.dirty = 0, 0, 0, 0, false
     end
     clear_tab(dirty)
     n_dirty = 0
@@ -183,10 +200,21 @@ function _M.uncount(ctx)
     end
 end
 
--- Log phase: the tokens the answer reported (ctx.usage, set by tokens.lua).
+-- Log phase: the tokens the answer reported (ctx.usage, set by tokens.lua); the
+-- audio seconds, characters and images of audio and image work (sluice.media_usage).
 function _M.log(ctx)
     local u = ctx.usage
     local k = u and u.keys
+    if (u and u.media) ~= nil or ctx.conv ~= nil then
+        local status = ngx.status
+        local audio, chars, images = media_usage.bill(ctx, status)
+        media_caps.settle(ctx, status, audio)   -- the plan's daily caps
+        if k and audio then
+            if audio > 0 then count(k, "na", floor(audio * 1000 + 0.5)) end
+            if chars > 0 then count(k, "nx", chars) end
+            if images > 0 then count(k, "ni", images) end
+        end
+    end
     local total = k and u.total
     if not total then
         return
@@ -209,10 +237,10 @@ function _M.seconds(ctx, seconds)
 end
 
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
--- [requests, prompt, completion, total, session seconds]}, "offsets": {"<quota counter>": n} (what
--- the last push added), "seed_version", "seed_snapshot", "snapshot_version"} (the
--- controller pushes again when the last push was applied under another snapshot:
--- plans may have changed).
+-- [requests, prompt, completion, total, audio ms, characters, images, session seconds]},
+-- "offsets": {"<quota counter>": n} (what the last push added), "seed_version",
+-- "seed_snapshot", "snapshot_version"} (the controller pushes again when the last push
+-- was applied under another snapshot: plans may have changed).
 function _M.report(snap)
     metrics.sync()   -- every worker's buffer first: the counts of every answered request
     local boot, started = ensure_boot()
@@ -225,7 +253,7 @@ function _M.report(snap)
                 local row_key = str_sub(key, 1, last - 2)
                 local row = counters[row_key]
                 if not row then
-                    row = { 0, 0, 0, 0, 0 }
+                    row = { 0, 0, 0, 0, 0, 0, 0, 0 }
                     counters[row_key] = row
                 end
                 local f = str_sub(key, last)

@@ -10,6 +10,7 @@ local breaker = require("sluice.breaker")
 local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local realtime_plans = require("sluice.realtime_plans")
+local media = require("sluice.media")
 local x509 = require("openssl.x509")
 local pkey = require("openssl.pkey")
 local shape = require("sluice.shape")
@@ -158,6 +159,8 @@ function _M.snapshot(s)
         if mot ~= nil and mot ~= json_null and not is_int(mot, 1, 2 ^ 31 - 1) then
             return nil, where .. ".max_output_tokens: must be null or an integer >= 1"
         end
+        local media_err = media.validate_model(m, where)
+        if media_err then return nil, media_err end
         if m.cache_ttl_s ~= nil and not is_int(m.cache_ttl_s, 0) then
             return nil, where .. ".cache_ttl_s: must be an integer >= 0"
         end

@@ -92,5 +92,13 @@ def test_demo_fleet_seeds_every_feature_once(client, auth, api):
     scraped = [b for b in admin.list("backends") if b["metrics_url"]]
     assert [(b["name"], b["metrics_url"], b["metrics_format"]) for b in scraped] == [
         ("chat-demo-a", urls["chat-demo-a"] + "/metrics", "vllm")]
+    # audio and images: brief 000's ASR model over three vendor shapes, the model types
+    asr = snap["models"]["asr-demo"]
+    assert asr["media_tasks"] == ["transcription", "translation"]
+    assert sorted((b["protocol"], b.get("mapping")) for b in asr["backends"]) == [
+        ("openai", None), ("vendor", "asr-json"), ("vendor", "asr-raw")]
+    assert snap["mappings"]["asr-raw"]["upload"] == "raw"
+    assert {t: snap["model_types"][t] for t in ("asr/zh", "tts/zh", "cv/ocr")} == {
+        "asr/zh": "asr-demo", "tts/zh": "tts-vendor", "cv/ocr": "ocr-demo"}
     assert sorted(k["prefix"] for k in snap["keys"].values()) == sorted(
         key[:10] for key in keys.values())

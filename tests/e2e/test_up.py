@@ -8,12 +8,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import openai
 import pytest
 import requests
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from up_run import ours, start_up, stop_up, wait_info
 
+from control_plane.demo import media
 from control_plane.runtime import procs
 
 def _read_banner(proc: subprocess.Popen) -> str:
@@ -89,6 +91,28 @@ def _registered_gateway(info: dict, internal_url: str) -> dict:
     return later
 
 
+def _media_features(info: dict) -> None:
+    """The audio and image demo (control_plane/demo/media_fleet.py) on the official
+    client: one ASR model over three vendor shapes, one answer shape; speech; images."""
+    client = openai.OpenAI(base_url=info["gateway_url"] + "/v1", api_key=info["demo_api_key"],
+                           max_retries=0)
+    audio = media.wav(1.0, "up")
+    seen = set()
+    for _ in range(30):
+        r = client.audio.transcriptions.with_raw_response.create(
+            model=info["demo_asr_model"], file=("a.wav", audio, "audio/wav"))
+        assert r.parse().text == media.transcript(audio)[0]
+        seen.add(r.headers["x-demo-backend"])
+    assert seen == {"asr-demo-openai", "asr-demo-json", "asr-demo-raw"}
+    with client.audio.speech.with_streaming_response.create(
+            model=info["demo_tts_model"], voice="alloy", input="hello",
+            response_format="wav") as speech:
+        assert speech.read()[:4] == b"RIFF"
+    image = client.images.generate(model=info["demo_image_model"], prompt="a boat",
+                                   response_format="b64_json")
+    assert image.data[0].b64_json
+
+
 def _demo_features(info: dict) -> None:
     """What the demo data shows out of the box, as a caller and an operator see it."""
     admin = requests.Session()
@@ -148,9 +172,13 @@ def _demo_features(info: dict) -> None:
                     lambda items: all(not s["stale"] for s in items))
     assert [(s["backend"], s["stale"], s["free_fraction"]) for s in scrapes] == [
         ("chat-demo-a", False, 0.75)]
+    # a model served by vendors only is never probed (services/health.py): unknown
+    vendors_only = {"tts-vendor", "ocr-demo"}
     health = _poll(lambda: admin.get(info["admin_url"] + "/health", timeout=5).json(),
-                   lambda h: set(h["models"].values()) == {"ready"})
-    assert health["models"] == {m: "ready" for m in info["demo_models"]}
+                   lambda h: {v for m, v in h["models"].items()
+                              if m not in vendors_only} == {"ready"})
+    assert health["models"] == {m: "unknown" if m in vendors_only else "ready"
+                                for m in info["demo_models"]}
     affinity = admin.get(info["admin_url"] + "/telemetry/affinity", timeout=5).json()
     assert [(m["model"], m["gpu_class"]) for m in affinity["models"]] == [
         ("sentiment-demo", "L4")]
@@ -251,6 +279,7 @@ def test_up_serves_prints_how_and_stops_everything(var):
         assert {m["name"] for m in models.json()["items"]} == set(info["demo_models"])
         _sign_in(info)
         _demo_features(info)
+        _media_features(info)
         running = "\n".join(ours(var))
         for part in ("postgres", "nginx", "gunicorn", "controller", "demo.backends"):
             assert part in running, f"{part} not found among:\n{running}"

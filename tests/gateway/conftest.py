@@ -121,11 +121,13 @@ def make_snapshot(version: int, models: dict, consumers: dict | None = None,
 
 
 def add_planned(snap: dict, key: str, plan: dict, name: str = "planned",
-                plan_name: str = "p") -> dict:
-    """Consumer 3 (`name`) on plan 7 (`plan_name` with the limits in `plan`), with API
-    key `key` (key id 9), added to snapshot `snap`; returns `snap`."""
-    snap["consumers"]["3"] = {"id": 3, "name": name, "allowed_models": None, "plan_id": 7}
-    snap["keys"][key_hash(key)] = {"id": 9, "consumer_id": 3, "prefix": key[:10],
+                plan_name: str = "p", consumer_id: int = 3) -> dict:
+    """Consumer 3 (or `consumer_id`: a gateway keeps a plan's counters per consumer id)
+    named `name` on plan 7 (`plan_name` with the limits in `plan`), with API key `key`
+    (key id 9), added to snapshot `snap`; returns `snap`."""
+    snap["consumers"][str(consumer_id)] = {"id": consumer_id, "name": name,
+                                           "allowed_models": None, "plan_id": 7}
+    snap["keys"][key_hash(key)] = {"id": 9, "consumer_id": consumer_id, "prefix": key[:10],
                                    "expires_at": None}
     snap["plans"] = {"7": {"id": 7, "name": plan_name, **plan}}
     return snap
@@ -245,6 +247,12 @@ class SharedGateway(Gateway):
         self.weights_base = int(Gateway.weights_status(self).get("version") or 0)
         access_log = self.prefix / "logs" / "access.log"
         self.access_offset = access_log.stat().st_size if access_log.exists() else 0
+        self.log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+
+    def end_turn(self) -> None:
+        """The Lua-error check, on the error-log lines of this turn only (so a broken
+        test fails alone)."""
+        assert_no_lua_errors(self.error_log, self.log_offset, self)
 
     @staticmethod
     def _lift(doc, base: int):
@@ -282,34 +290,64 @@ class SharedGateway(Gateway):
 
 
 @pytest.fixture(scope="module")
-def gateway():
+def shared_gateways():
+    """Start SharedGateways for the module: `start(config)`, where `config(prefix)`
+    makes the GatewayConfig, or `start(**over)`, the default one with `over` set. For
+    a module whose tests need a listener config of their own (TLS certificates,
+    workers): one gateway per config, each test taking a turn on it (`take_turn`)."""
+    started: list[tuple[SharedGateway, Path]] = []
+
+    def start(config=None, **over) -> SharedGateway:
+        top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
+        top.chmod(0o755)
+        gw = SharedGateway(config(top) if config else _config(top, **over))
+        started.append((gw, top))
+        gw.start(log_to=top / "nginx.out")
+        return gw
+
+    try:
+        yield start
+        for gw, _ in started:
+            gw.stop()
+            assert_no_lua_errors(gw.error_log, gw.log_offset)
+    finally:
+        for gw, top in started:
+            gw.stop()
+            shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gateway(shared_gateways):
     """A running gateway shared by the module's tests (SharedGateway); each test starts
     its turn with no snapshot version of its own yet."""
-    top = Path(tempfile.mkdtemp(prefix="sluice-gw-"))
-    top.chmod(0o755)
-    gw = SharedGateway(_config(top))
-    try:
-        gw.start(log_to=top / "nginx.out")
-        yield gw
-        gw.stop()
-        assert_no_lua_errors(gw.error_log, gw.log_offset)
-    finally:
-        gw.stop()
-        shutil.rmtree(top, ignore_errors=True)
+    return shared_gateways()
+
+
+@pytest.fixture
+def take_turn():
+    """`take_turn(gw)`: the test's turn on a module's SharedGateway (begin_turn), its
+    Lua-error check at teardown (end_turn). The `gateway` fixture's is automatic."""
+    taken: list[SharedGateway] = []
+
+    def take(gw: SharedGateway) -> SharedGateway:
+        gw.begin_turn()
+        taken.append(gw)
+        return gw
+
+    yield take
+    for gw in taken:
+        gw.end_turn()
 
 
 @pytest.fixture(autouse=True)
 def _gateway_turn(request):
-    """Each test's turn on the module's gateway; the Lua-error check reads only the
-    error-log lines written during the test, so a broken test fails alone."""
+    """Each test's turn on the module's gateway."""
     if "gateway" not in request.fixturenames:
         yield
         return
-    gw = request.getfixturevalue("gateway")
-    gw.begin_turn()
-    gw.log_offset = gw.error_log.stat().st_size if gw.error_log.exists() else 0
+    take = request.getfixturevalue("take_turn")
+    take(request.getfixturevalue("gateway"))
     yield
-    assert_no_lua_errors(gw.error_log, gw.log_offset, gw)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from control_plane.runtime.redis_server import RedisServer
@@ -33,6 +34,38 @@ def pair(gateway_factory, helpers, backends, plan, redis=None, failure="open"):
         gws.append(gw)
     assert gws[0].prefix != gws[1].prefix and gws[0].url != gws[1].url
     return gws
+
+
+@pytest.fixture(scope="module")
+def module_redis(tmp_path_factory):
+    """A private Redis for the module's pair of gateways."""
+    with RedisServer.start(tmp_path_factory.mktemp("redis")) as redis:
+        yield redis
+
+
+@pytest.fixture(scope="module")
+def redis_gateways(shared_gateways, module_redis):
+    """Two gateways (two workers each) counting on `module_redis`, failing open."""
+    return [shared_gateways(workers=2, redis_url=module_redis.url, redis_failure="open")
+            for _ in range(2)]
+
+
+@pytest.fixture
+def shared(redis_gateways, module_redis, take_turn, helpers, backends):
+    """`shared(plan)` (or `shared(snap=…)`): the test's turn on the module's two
+    gateways, serving `snapshot(plan)`, with `module_redis` emptied first (FLUSHALL:
+    every shared counter starts at zero, as on a Redis of the test's own). For tests
+    that neither stop Redis nor read the gateways' own counters."""
+    module_redis.command("FLUSHALL")
+    gws = [take_turn(gw) for gw in redis_gateways]
+
+    def serve(plan: dict | None = None, snap: dict | None = None):
+        for gw in gws:
+            r = gw.push(snap or snapshot(helpers, backends, plan))
+            assert r.status_code == 200, r.text
+        assert gws[0].prefix != gws[1].prefix and gws[0].url != gws[1].url
+        return gws
+    return serve
 
 
 def call(gw, session=None, key=PLAN_KEY, body=None):
@@ -88,18 +121,18 @@ def quota_keys(redis, kind: str) -> list[str]:
     return redis.command("KEYS", f"sluice:{kind}:*")
 
 
-def test_one_bucket_across_two_gateways(gateway_factory, helpers, backends, redis_server):
+def test_one_bucket_across_two_gateways(shared, helpers, module_redis):
     """At 20/s with burst 10, clients on both gateways for ~3 s: one bucket's theory,
     10 + 20 * elapsed, with the tolerance of test_limits.py's single-gateway test
     (+2 above; 25 % below for a busy machine whose clients stall)."""
     plan = {"rate_per_second": 20, "burst": 10}
-    gws = pair(gateway_factory, helpers, backends, plan, redis_server)
+    gws = shared(plan)
     admitted, refused, elapsed = hammer(gws, threads=8, seconds=3.0)
     theory = 10 + 20 * elapsed
     print(f"redis: admitted {admitted}, refused {refused}, theory {theory:.1f}")
     assert refused > 0, "the clients did not exceed the rate; the test proves nothing"
     assert 0.75 * theory <= admitted <= theory + 2, (admitted, theory, elapsed)
-    assert redis_server.command("KEYS", "sluice:r:*")
+    assert module_redis.command("KEYS", "sluice:r:*")
 
 
 def test_without_redis_each_gateway_has_its_own_bucket(gateway_factory, helpers,
@@ -114,10 +147,9 @@ def test_without_redis_each_gateway_has_its_own_bucket(gateway_factory, helpers,
     assert admitted > theory + 2, (admitted, theory, elapsed)
 
 
-def test_burst_and_headers_shared(gateway_factory, helpers, backends, redis_server):
+def test_burst_and_headers_shared(shared, helpers, module_redis):
     # 0.01/s: no token comes back during the test, so the count is exact
-    a, b = pair(gateway_factory, helpers, backends, {"rate_per_second": 0.01, "burst": 4},
-                redis_server)
+    a, b = shared({"rate_per_second": 0.01, "burst": 4})
     remaining = []
     for gw in (a, b, a, b):
         r = call(gw)
@@ -132,9 +164,8 @@ def test_burst_and_headers_shared(gateway_factory, helpers, backends, redis_serv
             str(err["retry_after"])
 
 
-def test_daily_quota_shared(gateway_factory, helpers, backends, redis_server):
-    a, b = pair(gateway_factory, helpers, backends,
-                {"rate_per_second": 1000, "daily_requests": 10}, redis_server)
+def test_daily_quota_shared(shared, helpers, module_redis):
+    a, b = shared({"rate_per_second": 1000, "daily_requests": 10})
     assert [call(gw).status_code for gw in (a, b) * 5] == [200] * 10
     for gw in (a, b):
         r = call(gw)
@@ -144,10 +175,10 @@ def test_daily_quota_shared(gateway_factory, helpers, backends, redis_server):
         assert r.headers["Retry-After"] == str(err["retry_after"])
         assert r.headers["X-RateLimit-Limit"] == "1000"
         assert "X-RateLimit-Remaining" in r.headers and "X-RateLimit-Reset" in r.headers
-    [key] = quota_keys(redis_server, "qd")
-    assert redis_server.command("GET", key) == "10"
+    [key] = quota_keys(module_redis, "qd")
+    assert module_redis.command("GET", key) == "10"
     # the counter ends with the UTC day (plus a minute)
-    assert 0 < redis_server.command("TTL", key) <= 86400 + 60
+    assert 0 < module_redis.command("TTL", key) <= 86400 + 60
 
 
 def test_password_and_database(gateway_factory, helpers, backends, tmp_path):
@@ -165,7 +196,7 @@ def test_password_and_database(gateway_factory, helpers, backends, tmp_path):
         assert all(metric(gw, "sluice_redis_errors_total", op="rate") == 0 for gw in gws)
 
 
-def test_token_quota_shared(gateway_factory, helpers, backends, redis_server):
+def test_token_quota_shared(shared, helpers, module_redis):
     """Reserve ceil(bytes / 4) + max_tokens, settle at the backend's usage (5 tokens
     for "hello there", see test_tokens.py), the counter in Redis for both gateways."""
     body = {"model": "chat-demo", "max_tokens": 20,
@@ -173,12 +204,11 @@ def test_token_quota_shared(gateway_factory, helpers, backends, redis_server):
     size = len(requests.Request("POST", "http://x", json=body).prepare().body)
     reserve = math.ceil(size / 4) + 20
     used = 5
-    a, b = pair(gateway_factory, helpers, backends,
-                {"rate_per_second": 1000, "monthly_tokens": reserve + used}, redis_server)
+    a, b = shared({"rate_per_second": 1000, "monthly_tokens": reserve + used})
 
     def settled_at(n):
-        keys = quota_keys(redis_server, "tm")
-        return keys and redis_server.command("GET", keys[0]) == str(n)
+        keys = quota_keys(module_redis, "tm")
+        return keys and module_redis.command("GET", keys[0]) == str(n)
 
     assert call(a, body=body).status_code == 200
     wait_until(lambda: settled_at(used), "settlement of the first request")
@@ -267,24 +297,23 @@ def counter(redis, kind: str) -> int:
     return int(redis.command("GET", key))
 
 
-def test_one_round_trip_per_request(gateway_factory, helpers, backends, redis_server):
+def test_one_round_trip_per_request(shared, helpers, module_redis):
     """Every limit of a full plan (bucket, daily and monthly requests, token quota;
     concurrency stays local) in one EVALSHA per request, counted by Redis itself."""
     body = streamed()
     reserve = reservation(body)
-    a, b = pair(gateway_factory, helpers, backends,
-                {"rate_per_second": 0.01, "burst": 100, "max_concurrent": 4,
+    a, b = shared({"rate_per_second": 0.01, "burst": 100, "max_concurrent": 4,
                  "daily_requests": 100, "monthly_requests": 100,
-                 "monthly_tokens": 100 * reserve}, redis_server)
+                 "monthly_tokens": 100 * reserve})
     assert call(a, body=body).status_code == 200    # loads the script (NOSCRIPT, EVAL)
-    before = redis_calls(redis_server)
+    before = redis_calls(module_redis)
     remaining = []
     for gw in (a, b) * 3:
         r = call(gw, body=body)
         assert r.status_code == 200, r.text
         assert "data: [DONE]" in r.text
         remaining.append(int(r.headers["X-RateLimit-Remaining"]))
-    calls = redis_calls(redis_server)
+    calls = redis_calls(module_redis)
     made = {name: n - before.get(name, 0) for name, n in calls.items()
             if n != before.get(name, 0)}
     # commandstats also counts what the scripts call: TIME, GET, SET for the bucket,
@@ -293,8 +322,8 @@ def test_one_round_trip_per_request(gateway_factory, helpers, backends, redis_se
     assert set(made) <= {"time", "get", "set", "incrby", "expireat"}, made
     # one bucket for both gateways (0.01/s: no token comes back meanwhile)
     assert remaining == [98, 97, 96, 95, 94, 93]
-    assert counter(redis_server, "qd") == counter(redis_server, "qm") == 7
-    assert counter(redis_server, "tm") == 7 * reserve
+    assert counter(module_redis, "qd") == counter(module_redis, "qm") == 7
+    assert counter(module_redis, "tm") == 7 * reserve
 
 
 def test_refusal_gives_counts_back_in_the_same_round_trip(gateway_factory, helpers,
@@ -320,15 +349,14 @@ def test_refusal_gives_counts_back_in_the_same_round_trip(gateway_factory, helpe
                   limit="tokens") == 1
 
 
-def test_a_jobs_run_refused_for_saturation_gives_its_quota_back(gateway_factory, helpers,
-                                                                  backends, redis_server):
+def test_a_jobs_run_refused_for_saturation_gives_its_quota_back(shared, helpers,
+                                                                  backends, module_redis):
     """A worker's run of a job (worker token, on the consumer's behalf) that a full pool
     refuses is retried later: the daily count it took in Redis goes back, so a quota
     of 2 still gives 2 answers (docs/contracts.md, "Buffering at peak")."""
-    gw = gateway_factory(workers=2, redis_url=redis_server.url, redis_failure="open")
     snap = snapshot(helpers, backends, {"rate_per_second": 1000, "daily_requests": 2})
     snap["models"]["chat-demo"]["backends"][0]["max_in_flight"] = 1
-    assert gw.push(snap).status_code == 200
+    gw, _ = shared(snap=snap)
     hold = f"cluster-{time.monotonic_ns()}"
     holder = threading.Thread(target=lambda: helpers.chat(
         gw, headers={"X-Demo-Hold": hold}), daemon=True)   # consumer 1: no plan
@@ -343,7 +371,7 @@ def test_a_jobs_run_refused_for_saturation_gives_its_quota_back(gateway_factory,
                                        "X-Sluice-On-Behalf-Of": "3",
                                        "X-Sluice-Job-Id": "job_cluster"})
             helpers.assert_error(r, 503, "backend_unavailable")
-        assert [redis_server.command("GET", k) for k in quota_keys(redis_server, "qd")] \
+        assert [module_redis.command("GET", k) for k in quota_keys(module_redis, "qd")] \
             in ([], ["0"])
     finally:
         requests.post(f"http://127.0.0.1:{backends['openai-a'].port}/demo/release/{hold}",

@@ -74,11 +74,20 @@ def snapshot(helpers, backends, protocol_backends, slow, fallback="fast"):
 
 
 @pytest.fixture
-def gw(gateway_factory, helpers, backends, protocol_backends, slow):
-    gw = gateway_factory()
-    r = gw.push(snapshot(helpers, backends, protocol_backends, slow))
+def gw(gateway, helpers, backends, protocol_backends, slow):
+    """The module's gateway serving `snapshot`."""
+    r = gateway.push(snapshot(helpers, backends, protocol_backends, slow))
     assert r.status_code == 200, r.text
-    return gw
+    return gateway
+
+
+@pytest.fixture
+def own_gw(own_gateway, helpers, backends, protocol_backends, slow):
+    """A gateway of the test's own serving `snapshot`, for a test that reads the
+    fallback and backend counters from zero."""
+    r = own_gateway.push(snapshot(helpers, backends, protocol_backends, slow))
+    assert r.status_code == 200, r.text
+    return own_gateway
 
 
 def post(gw, path, body, key=None, headers=None, **kw):
@@ -99,7 +108,8 @@ def metric(gw, name, **labels):
 
 
 
-def test_timeout_answers_with_the_fallback_model(gw, helpers):
+def test_timeout_answers_with_the_fallback_model(own_gw, helpers):
+    gw = own_gw
     started = time.monotonic()
     r = helpers.chat(gw, model="precise")
     elapsed = time.monotonic() - started
@@ -140,7 +150,8 @@ def test_without_fallback_a_timeout_is_504(gw, helpers):
     assert "X-Sluice-Fallback" not in r.headers
 
 
-def test_fallback_that_times_out_too_is_504(gw, helpers):
+def test_fallback_that_times_out_too_is_504(own_gw, helpers):
+    gw = own_gw
     r = helpers.chat(gw, model="doubly-slow")
     err = helpers.assert_error(r, 504, "backend_timeout")
     assert "in time" in err["message"]
@@ -163,8 +174,8 @@ def test_stream_falls_back_before_the_first_byte(gw, helpers):
     assert r.text.rstrip().endswith("data: [DONE]")
 
 
-def test_stream_that_stalls_midway_is_cut_not_replaced(gateway_factory, helpers, backends):
-    gw = gateway_factory()
+def test_stream_that_stalls_midway_is_cut_not_replaced(gateway, helpers, backends):
+    gw = gateway
     snap = helpers.make_snapshot(1, {"chatty": (TIMEOUT_MS, [backends["openai-a"].entry(1)]),
                                      "fast": (5000, [backends["openai-b"].entry(2)])})
     snap["models"]["chatty"]["fallback_model"] = "fast"
@@ -185,8 +196,8 @@ def test_stream_that_stalls_midway_is_cut_not_replaced(gateway_factory, helpers,
     assert "[DONE]" not in text    # cut after the stall; no second answer spliced in
 
 
-def test_limits_are_charged_once(gateway_factory, helpers, backends, protocol_backends, slow):
-    gw = gateway_factory()
+def test_limits_are_charged_once(gateway, helpers, backends, protocol_backends, slow):
+    gw = gateway
     snap = snapshot(helpers, backends, protocol_backends, slow)
     helpers.add_planned(snap, PLAN_KEY, {"rate_per_second": None, "burst": None,
                                          "max_concurrent": 1, "daily_requests": 2,

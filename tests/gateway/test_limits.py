@@ -3,36 +3,62 @@ counted across nginx workers; 429 in the error template with Retry-After."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from backend_http import Backend, entry, served
 
-PLAN_KEY = "sk-test-planned-0123456789abcdef"   # consumer 3, on plan "p"
+PLAN_KEY = "sk-test-planned-0123456789abcdef"   # on plan "p"
+# The module's gateways keep a plan's counters per consumer id: each snapshot gives
+# PLAN_KEY a consumer never counted before, so its limits count from zero.
+_CONSUMER_IDS = itertools.count(3)
 
 
-def planned_snapshot(helpers, backends, plan: dict, version: int = 1, dead_port=None):
+def planned_snapshot(helpers, backends, plan: dict, version: int = 1, dead_port=None,
+                     consumer_id: int | None = None):
     models = {"chat-demo": (5000, [backends["openai-a"].entry(1)]),
               "predict-demo": (5000, [backends["predict-a"].entry(2)])}
     if dead_port:
         models["dead-demo"] = (5000, [{**backends["openai-a"].entry(3), "port": dead_port}])
-    return helpers.add_planned(helpers.make_snapshot(version, models), PLAN_KEY, plan)
+    return helpers.add_planned(helpers.make_snapshot(version, models), PLAN_KEY, plan,
+                               consumer_id=consumer_id or next(_CONSUMER_IDS))
 
 
-def serve(gateway_factory, helpers, backends, plan, workers=2, **kw):
-    gw = gateway_factory(workers=workers)
+@pytest.fixture(scope="module")
+def by_workers(shared_gateways):
+    """The module's gateways, one per worker count, each started on first use."""
+    started = {}
+
+    def get(workers: int):
+        if workers not in started:
+            started[workers] = shared_gateways(workers=workers)
+        return started[workers]
+    return get
+
+
+@pytest.fixture
+def gw_with(by_workers, take_turn):
+    """`gw_with(workers)`: the test's turn on the module's gateway with that many
+    nginx workers."""
+    return lambda workers=2: take_turn(by_workers(workers))
+
+
+def serve(gw_with, helpers, backends, plan, workers=2, **kw):
+    gw = gw_with(workers)
     r = gw.push(planned_snapshot(helpers, backends, plan, **kw))
     assert r.status_code == 200, r.text
     return gw
 
 
-def test_burst_then_429_with_retry_after(gateway_factory, helpers, backends):
+def test_burst_then_429_with_retry_after(gw_with, helpers, backends):
     # 0.01/s: no token comes back during the test, so the count is exact
-    gw = serve(gateway_factory, helpers, backends, {"rate_per_second": 0.01, "burst": 5})
+    gw = serve(gw_with, helpers, backends, {"rate_per_second": 0.01, "burst": 5})
     remaining = []
     for _ in range(5):
         r = helpers.chat(gw, key=PLAN_KEY)
@@ -65,10 +91,10 @@ class _LimitedBackend(Backend):
                              "X-RateLimit-Reset": "60"})
 
 
-def test_a_backends_own_rate_limit_headers_never_reach_the_caller(gateway_factory, helpers,
+def test_a_backends_own_rate_limit_headers_never_reach_the_caller(gw_with, helpers,
                                                                   backends):
     with served(_LimitedBackend) as port:
-        gw = gateway_factory(workers=1)
+        gw = gw_with(1)
         snap = planned_snapshot(helpers, backends, {"rate_per_second": 0.01, "burst": 3})
         snap["models"]["own-limits"] = {"id": 9, "name": "own-limits", "timeout_ms": 5000,
                                         "backends": [entry(5, "limited", "openai", port)]}
@@ -115,10 +141,10 @@ def _hammer(gw, helpers, threads: int, per_thread: int | None, seconds: float | 
     return counts[200], counts[429], elapsed
 
 
-def test_bucket_is_atomic_across_workers(gateway_factory, helpers, backends):
+def test_bucket_is_atomic_across_workers(gw_with, helpers, backends):
     """16 clients race for 40 tokens through 4 workers: a read-then-write limiter
     admits more; ours admits the burst plus what refills meanwhile (0.01/s)."""
-    gw = serve(gateway_factory, helpers, backends, {"rate_per_second": 0.01, "burst": 40},
+    gw = serve(gw_with, helpers, backends, {"rate_per_second": 0.01, "burst": 40},
                workers=4)
     admitted, refused, elapsed = _hammer(gw, helpers, threads=16, per_thread=12,
                                          seconds=None)
@@ -128,14 +154,14 @@ def test_bucket_is_atomic_across_workers(gateway_factory, helpers, backends):
     assert 40 <= admitted <= math.floor(theory), (admitted, theory)
 
 
-def test_admitted_count_follows_rate_across_workers(gateway_factory, helpers, backends):
+def test_admitted_count_follows_rate_across_workers(gw_with, helpers, backends):
     """At 20/s with burst 10 for ~3 s, theory is 10 + 20 * elapsed admitted requests.
     Tolerance: +2 above (the expiry race documented in limits.lua, one token per
     concurrent admit at most, in practice none) and 25 % below: on a busy 2-core
     machine the clients can stall for a while, and refills that arrive while the
     bucket is full and nobody asks are lost, as they should be. A limiter that
     admits everything or refills at the wrong rate still falls outside."""
-    gw = serve(gateway_factory, helpers, backends, {"rate_per_second": 20, "burst": 10},
+    gw = serve(gw_with, helpers, backends, {"rate_per_second": 20, "burst": 10},
                workers=4)
     admitted, refused, elapsed = _hammer(gw, helpers, threads=8, per_thread=None,
                                          seconds=3.0)
@@ -145,8 +171,8 @@ def test_admitted_count_follows_rate_across_workers(gateway_factory, helpers, ba
     assert 0.75 * theory <= admitted <= theory + 2, (admitted, theory, elapsed)
 
 
-def test_model_override_has_its_own_bucket(gateway_factory, helpers, backends):
-    gw = serve(gateway_factory, helpers, backends, {
+def test_model_override_has_its_own_bucket(gw_with, helpers, backends):
+    gw = serve(gw_with, helpers, backends, {
         "rate_per_second": 0.01, "burst": 3,
         "models": {"predict-demo": {"rate_per_second": 0.01, "burst": 1}}})
 
@@ -162,8 +188,8 @@ def test_model_override_has_its_own_bucket(gateway_factory, helpers, backends):
     assert [helpers.chat(gw, key=PLAN_KEY).status_code for _ in range(4)] == [200] * 3 + [429]
 
 
-def test_max_concurrent_requests(gateway_factory, helpers, backends, dead_port):
-    gw = serve(gateway_factory, helpers, backends,
+def test_max_concurrent_requests(gw_with, helpers, backends, dead_port):
+    gw = serve(gw_with, helpers, backends,
                {"rate_per_second": 1000, "max_concurrent": 2}, dead_port=dead_port)
     slow = {"X-Demo-Latency-Ms": "1500"}
     with ThreadPoolExecutor(5) as pool:
@@ -184,8 +210,8 @@ def test_max_concurrent_requests(gateway_factory, helpers, backends, dead_port):
         assert [f.result().status_code for f in futures] == [200, 200]
 
 
-def test_daily_and_monthly_request_quotas(gateway_factory, helpers, backends):
-    gw = serve(gateway_factory, helpers, backends, {
+def test_daily_and_monthly_request_quotas(gw_with, helpers, backends):
+    gw = serve(gw_with, helpers, backends, {
         "rate_per_second": 1000, "daily_requests": 3,
         "models": {"predict-demo": {"monthly_requests": 1}}})
     assert [helpers.chat(gw, key=PLAN_KEY).status_code for _ in range(3)] == [200] * 3
@@ -205,8 +231,8 @@ def test_daily_and_monthly_request_quotas(gateway_factory, helpers, backends):
     assert "daily request quota" in err["message"]
 
 
-def test_monthly_quota_per_model(gateway_factory, helpers, backends):
-    gw = serve(gateway_factory, helpers, backends, {
+def test_monthly_quota_per_model(gw_with, helpers, backends):
+    gw = serve(gw_with, helpers, backends, {
         "rate_per_second": 1000, "models": {"predict-demo": {"monthly_requests": 1}}})
 
     def predict():
@@ -220,8 +246,8 @@ def test_monthly_quota_per_model(gateway_factory, helpers, backends):
     assert helpers.chat(gw, key=PLAN_KEY).status_code == 200
 
 
-def test_invalid_plans_are_refused(gateway_factory, helpers, backends):
-    gw = gateway_factory()
+def test_invalid_plans_are_refused(gw_with, helpers, backends):
+    gw = gw_with()
     for plan, field in (({"rate_per_second": 0}, "rate_per_second"),
                         ({"burst": 1.5}, "burst"),
                         ({"max_concurrent": "2"}, "max_concurrent"),
@@ -229,14 +255,14 @@ def test_invalid_plans_are_refused(gateway_factory, helpers, backends):
         r = gw.push(planned_snapshot(helpers, backends, plan))
         assert r.status_code == 400, r.text
         assert field in r.json()["error"]["message"]
-    snap = planned_snapshot(helpers, backends, {})
+    snap = planned_snapshot(helpers, backends, {}, consumer_id=3)
     snap["consumers"]["3"]["plan_id"] = 99
     r = gw.push(snap)
     assert r.status_code == 400 and "plan_id" in r.json()["error"]["message"]
 
 
-def test_backend_credential_replaces_callers(gateway_factory, helpers, backends):
-    gw = gateway_factory()
+def test_backend_credential_replaces_callers(gw_with, helpers, backends):
+    gw = gw_with()
     snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(
         1, auth_header="Bearer backend-secret")])})
     assert gw.push(snap).status_code == 200

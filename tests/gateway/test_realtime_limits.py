@@ -111,7 +111,7 @@ def test_monthly_tokens_reserve_for_a_session_and_charge_what_it_used(gateway, h
 
 def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
     key = f"{time.strftime('%Y%m%d', time.gmtime())}|3|rt-demo"   # consumer 3: PLAN_KEY's
-    before = served.usage()["counters"].get(key, [0] * 5)
+    before = served.usage()["counters"].get(key, [0] * 8)
     with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {PLAN_KEY}"}) as ws:
         ws.recv()
         ws.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
@@ -124,11 +124,12 @@ def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
         time.sleep(1.2)   # a session of more than a second: counted as 2
 
     def grown():
-        now = served.usage()["counters"].get(key, [0] * 5)
+        now = served.usage()["counters"].get(key, [0] * 8)
         return [a - b for a, b in zip(now, before)] if now[0] > before[0] else None
     delta = eventually(grown, timeout=5)
-    # one session; "hello there" in, "echo: hello there" out; 2 seconds
-    assert delta == [1, 2, 3, 5, 2]
+    # one session; "hello there" in, "echo: hello there" out; no audio, characters,
+    # images; 2 seconds
+    assert delta == [1, 2, 3, 5, 0, 0, 0, 2]
 
 
 def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, helpers, backends,

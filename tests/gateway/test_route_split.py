@@ -16,6 +16,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from gateway_readings import access_lines
+from waiting import eventually
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -84,21 +85,23 @@ def versions_seen(gw, helpers, keys, model="chat", session=None) -> list[str]:
 
 
 @pytest.fixture
-def push(gateway_factory):
-    def start(snap: dict):
-        gw = gateway_factory()
-        r = gw.push(snap)
+def push(gateway):
+    """Serve a snapshot on the module's gateway (the test's turn)."""
+    def serve(snap: dict):
+        r = gateway.push(snap)
         assert r.status_code == 200, r.text
-        return gw
-    return start
+        return gateway
+    return serve
 
 
 @pytest.mark.parametrize("canary_percent", [10, 5])
-def test_split_measured_over_2000_consumers(push, helpers, backends, canary_percent):
+def test_split_measured_over_2000_consumers(own_gateway, helpers, backends, canary_percent):
+    # a gateway of its own: the route's counters are read from zero
     n = 2000
-    gw = push(route_snapshot(helpers, backends, {
+    gw = own_gateway
+    assert gw.push(route_snapshot(helpers, backends, {
         "chat": split((STABLE, 100 - canary_percent), (CANARY, canary_percent))},
-        n_consumers=n))
+        n_consumers=n)).status_code == 200
     seen = versions_seen(gw, helpers, [consumer_key(i) for i in range(100, 100 + n)])
     canary = seen.count(CANARY)
     assert canary + seen.count(STABLE) == n
@@ -213,12 +216,19 @@ def test_routes_are_models_to_the_caller_and_logged(push, helpers, backends):
     assert "chat" in [m["id"] for m in listed["data"]]
     assert requests.get(gw.url + "/v1/models/chat", headers=h, timeout=10).status_code == 200
     # allowed_models names public names: bob may use only chat-demo, not the route
-    r = helpers.chat(gw, model="chat", key=helpers.KEY_LIMITED)
+    r = helpers.chat(gw, model="chat", key=helpers.KEY_LIMITED,
+                     headers={"X-Request-Id": "route-refused"})
     helpers.assert_error(r, 403, "forbidden")
-    assert helpers.chat(gw, model="chat").status_code == 200
-    # workers flush their buffered lines independently: find them by status
-    lines = {line["status"]: line for line in access_lines(gw, 4)
-             if line["path"] == "/v1/chat/completions"}
+    assert helpers.chat(gw, model="chat",
+                        headers={"X-Request-Id": "route-served"}).status_code == 200
+
+    # workers flush their buffered lines independently (an earlier test's too, on the
+    # module's gateway): wait for both of ours, then find them by status
+    def logged():
+        ours = {line["status"]: line for line in access_lines(gw, 4, timeout=0.5)
+                if line["request_id"] in ("route-refused", "route-served")}
+        return ours if len(ours) == 2 else None
+    lines = eventually(logged, 10)
     assert (lines["200"]["route"], lines["200"]["model"]) == ("chat", CANARY)
     # refused before the choice: the model asked for, no route
     assert (lines["403"]["route"], lines["403"]["model"]) == ("", "chat")

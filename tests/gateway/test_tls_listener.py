@@ -53,11 +53,17 @@ def tls_config(prefix: Path, pki, **over) -> GatewayConfig:
                          token=secrets.token_urlsafe(24), **over)
 
 
+@pytest.fixture(scope="module")
+def shared_tls_gw(shared_gateways, pki):
+    """The module's gateway with both listeners (SharedGateway), started once."""
+    return shared_gateways(lambda prefix: tls_config(prefix, pki))
+
+
 @pytest.fixture
-def tls_gw(gateway_factory, prefix, pki, helpers, protocol_backends):
-    """A gateway with both listeners, serving chat-demo (openai) and v2 (KServe v2,
-    converted frame by frame)."""
-    gw = gateway_factory(tls_config(prefix, pki))
+def tls_gw(shared_tls_gw, take_turn, helpers, protocol_backends):
+    """The test's turn on the TLS gateway, serving chat-demo (openai) and v2 (KServe
+    v2, converted frame by frame)."""
+    gw = take_turn(shared_tls_gw)
     b = protocol_backends
     r = gw.push(helpers.make_snapshot(1, {
         "chat-demo": (5000, [b["openai"].entry(1)]),
@@ -224,11 +230,12 @@ class _Odd(Backend):
 
 
 @pytest.fixture
-def odd_gw(gateway_factory, prefix, pki, helpers, protocol_backends):
-    """A TLS gateway with `junk` (predict backend answering an unconvertible 200) and
-    `slow` (OpenAI backend answering its own 504, fallback chat-demo)."""
+def odd_gw(shared_tls_gw, take_turn, helpers, protocol_backends):
+    """The test's turn on the TLS gateway, with `junk` (predict backend answering an
+    unconvertible 200) and `slow` (OpenAI backend answering its own 504, fallback
+    chat-demo)."""
     with served(_Odd) as port:
-        gw = gateway_factory(tls_config(prefix, pki))
+        gw = take_turn(shared_tls_gw)
         snap = helpers.make_snapshot(1, {
             "chat-demo": (5000, [protocol_backends["openai"].entry(1)]),
             "junk": (5000, [entry(2, "odd-predict", "predict", port)]),

@@ -4,6 +4,7 @@ event). The demo backend counts words: "hello there" -> 2 prompt tokens, answer
 "echo: hello there" -> 3 completion tokens, 5 in all."""
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -18,16 +19,26 @@ PLAN_KEY = "sk-test-tokens-0123456789abcdef"
 USED = 5
 
 
-def token_snapshot(helpers, backends, plan: dict) -> dict:
-    snap = helpers.make_snapshot(1, {
-        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
-        "chat-other": (5000, [backends["openai-b"].entry(2)])})
-    snap["consumers"]["3"] = {"id": 3, "name": "metered", "allowed_models": None,
-                              "plan_id": 4}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
+# The module's tests share a gateway, whose counters are kept per consumer id: each
+# snapshot gives PLAN_KEY a consumer never metered before, so its quota starts at zero.
+_CONSUMER_IDS = itertools.count(3)
+
+
+def metered(snap: dict, helpers, plan: dict) -> dict:
+    """`snap` with PLAN_KEY's consumer (a new id) on plan 4 (`plan`, rate 1000/s)."""
+    cid = next(_CONSUMER_IDS)
+    snap["consumers"][str(cid)] = {"id": cid, "name": f"metered-{cid}",
+                                   "allowed_models": None, "plan_id": 4}
+    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": cid,
                                                 "prefix": PLAN_KEY[:10], "expires_at": None}
     snap["plans"] = {"4": {"id": 4, "name": "metered", "rate_per_second": 1000, **plan}}
     return snap
+
+
+def token_snapshot(helpers, backends, plan: dict) -> dict:
+    return metered(helpers.make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)]),
+        "chat-other": (5000, [backends["openai-b"].entry(2)])}), helpers, plan)
 
 
 def payload(max_tokens=20, model="chat-demo", **extra) -> str:
@@ -46,18 +57,17 @@ def call(gw, body: str, headers=None) -> requests.Response:
     return requests.post(gw.url + "/v1/chat/completions", data=body, headers=h, timeout=10)
 
 
-def serve(gateway_factory, helpers, backends, plan):
-    gw = gateway_factory()
+def serve(gw, helpers, backends, plan):
     r = gw.push(token_snapshot(helpers, backends, plan))
     assert r.status_code == 200, r.text
     return gw
 
 
-def test_usage_reconciles_the_reservation(gateway_factory, helpers, backends):
+def test_usage_reconciles_the_reservation(gateway, helpers, backends):
     body = payload()
     r_size = reserve(body)
     quota = 100
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": quota})
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": quota})
     admitted = 0
     while True:
         r = call(gw, body)
@@ -73,48 +83,48 @@ def test_usage_reconciles_the_reservation(gateway_factory, helpers, backends):
     assert admitted > quota // r_size   # what counting reservations only would allow
 
 
-def test_request_larger_than_quota_is_refused_up_front(gateway_factory, helpers, backends):
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": 100})
+def test_request_larger_than_quota_is_refused_up_front(gateway, helpers, backends):
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": 100})
     r = call(gw, payload(max_tokens=200))
     err = helpers.assert_error(r, 429, "rate_limited")
     assert "may use up to" in err["message"]
     assert call(gw, payload(max_tokens=20)).status_code == 200
 
 
-def test_burst_of_long_requests_cannot_overrun(gateway_factory, helpers, backends):
+def test_burst_of_long_requests_cannot_overrun(gateway, helpers, backends):
     body = payload(max_tokens=60)
     r_size = reserve(body)
     quota = 2 * r_size + r_size // 2       # room for two reservations, not three
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": quota})
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": quota})
     slow = {"X-Demo-Latency-Ms": "1000"}
     with ThreadPoolExecutor(5) as pool:
         results = [f.result() for f in [pool.submit(call, gw, body, slow) for _ in range(5)]]
     assert sorted(r.status_code for r in results) == [200, 200, 429, 429, 429]
 
 
-def test_stream_usage_event_reconciles(gateway_factory, helpers, backends):
+def test_stream_usage_event_reconciles(gateway, helpers, backends):
     body = payload(stream=True, stream_options={"include_usage": True})
     r_size = reserve(body)
     # a second request fits only if the first was settled at its real usage
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size + USED})
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": r_size + USED})
     r = call(gw, body)
     assert r.status_code == 200 and "[DONE]" in r.text
     assert call(gw, body).status_code == 200
     helpers.assert_error(call(gw, body), 429, "rate_limited")
 
 
-def test_stream_without_usage_keeps_the_reservation(gateway_factory, helpers, backends):
+def test_stream_without_usage_keeps_the_reservation(gateway, helpers, backends):
     body = payload(stream=True)
     r_size = reserve(body)
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size + USED})
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": r_size + USED})
     assert call(gw, body).status_code == 200
     helpers.assert_error(call(gw, body), 429, "rate_limited")
 
 
-def test_failed_backend_refunds_the_reservation(gateway_factory, helpers, backends):
+def test_failed_backend_refunds_the_reservation(gateway, helpers, backends):
     body = payload()
     r_size = reserve(body)
-    gw = serve(gateway_factory, helpers, backends, {"monthly_tokens": r_size})
+    gw = serve(gateway, helpers, backends, {"monthly_tokens": r_size})
     for _ in range(3):
         r = call(gw, body, {"X-Demo-Status": "500"})
         helpers.assert_error(r, 502, "server_error")   # the OpenAI backend's own type
@@ -122,9 +132,9 @@ def test_failed_backend_refunds_the_reservation(gateway_factory, helpers, backen
     helpers.assert_error(call(gw, body), 429, "rate_limited")
 
 
-def test_per_model_token_quota(gateway_factory, helpers, backends):
+def test_per_model_token_quota(gateway, helpers, backends):
     body = payload()
-    gw = serve(gateway_factory, helpers, backends, {
+    gw = serve(gateway, helpers, backends, {
         "monthly_tokens": 10_000, "models": {"chat-other": {"monthly_tokens": reserve(body)}}})
     other = payload(model="chat-other")
     assert call(gw, other).status_code == 200
@@ -132,8 +142,8 @@ def test_per_model_token_quota(gateway_factory, helpers, backends):
     assert call(gw, body).status_code == 200     # chat-demo draws on the plan's quota
 
 
-def test_predict_requests_are_not_token_metered(gateway_factory, helpers, backends):
-    gw = gateway_factory()
+def test_predict_requests_are_not_token_metered(gateway, helpers, backends):
+    gw = gateway
     snap = token_snapshot(helpers, backends, {"monthly_tokens": 1})
     snap["models"]["predict-demo"] = {"id": 9, "name": "predict-demo", "timeout_ms": 5000,
                                       "backends": [backends["predict-a"].entry(3)]}
@@ -197,21 +207,16 @@ http {{ access_log off; client_body_temp_path tmp; proxy_temp_path tmp;
 
 
 @pytest.mark.parametrize("layout", ["counts-first", "details-first"])
-def test_usage_is_read_whatever_its_layout(gateway_factory, helpers, fixed_backend, layout):
+def test_usage_is_read_whatever_its_layout(gateway, helpers, fixed_backend, layout):
     body = payload()
     r_size, used, quota = reserve(body), 11, 100
     backend = {"id": 1, "name": "fixed", "protocol": "openai", "scheme": "http",
                "host": "127.0.0.1", "port": fixed_backend,
                "host_header": f"localhost:{fixed_backend}", "base_path": f"/{layout}",
                "weight": 100}
-    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backend])})
-    snap["consumers"]["3"] = {"id": 3, "name": "metered", "allowed_models": None,
-                              "plan_id": 4}
-    snap["keys"][helpers.key_hash(PLAN_KEY)] = {"id": 9, "consumer_id": 3,
-                                                "prefix": PLAN_KEY[:10], "expires_at": None}
-    snap["plans"] = {"4": {"id": 4, "name": "metered", "rate_per_second": 1000,
-                           "monthly_tokens": quota}}
-    gw = gateway_factory()
+    snap = metered(helpers.make_snapshot(1, {"chat-demo": (5000, [backend])}), helpers,
+                   {"monthly_tokens": quota})
+    gw = gateway
     assert gw.push(snap).status_code == 200
     admitted = 0
     while (r := call(gw, body)).status_code == 200:

@@ -48,30 +48,45 @@ def test_admin_api_needs_the_token(stack):
     assert wrong.json()["error"]["type"] == "forbidden"
 
 
-def test_disabled_key_is_refused_after_the_next_push(own_stack, demo):
-    stack = own_stack  # it disables the demo's key: a stack of its own
-    key = demo["key"]
-    assert stack.chat(key["key"], "chat-demo").status_code == 200
+def served_model(stack, name: str) -> dict:
+    """The `demo` fixture's set under names of the test's own, on the module's stack:
+    chat model `name` on demo backend `name`-a, a consumer with one key."""
+    url = stack.start_backend(f"{name}-a")
+    admin = stack.admin
+    model = admin.create("models", name=name, timeout_ms=5000)
+    backend = admin.create("backends", name=f"{name}-a", model_id=model["id"], url=url,
+                           protocol="openai", weight=100)
+    consumer = admin.create("consumers", name=f"team-{name}")
+    key = admin.create("keys", consumer_id=consumer["id"], name="ci")
+    stack.wait_served()
+    return {"model": model, "backend": backend, "consumer": consumer, "key": key}
+
+
+def test_disabled_key_is_refused_after_the_next_push(stack):
+    # it disables a key of its own
+    key = served_model(stack, "skel-disabled")["key"]
+    assert stack.chat(key["key"], "skel-disabled").status_code == 200
 
     stack.admin.update("keys", key["id"], enabled=False)
     stack.wait_served()
 
-    resp = stack.chat(key["key"], "chat-demo")
+    resp = stack.chat(key["key"], "skel-disabled")
     assert resp.status_code == 403
     assert resp.json()["error"]["request_id"] == resp.headers["X-Request-Id"]
 
 
-def test_new_backend_takes_traffic_without_restart(own_stack, demo):
-    stack = own_stack  # it drains the demo's backend: a stack of its own
-    url = stack.start_backend("chat-b")
-    stack.admin.create("backends", name="chat-b", model_id=demo["model"]["id"], url=url,
-                       protocol="openai", weight=100)
-    stack.admin.update("backends", demo["backend"]["id"], weight=0)  # drain chat-a
+def test_new_backend_takes_traffic_without_restart(stack):
+    # it drains a backend of its own
+    mine = served_model(stack, "skel-drain")
+    url = stack.start_backend("skel-drain-b")
+    stack.admin.create("backends", name="skel-drain-b", model_id=mine["model"]["id"],
+                       url=url, protocol="openai", weight=100)
+    stack.admin.update("backends", mine["backend"]["id"], weight=0)  # drain skel-drain-a
     stack.wait_served()
 
-    seen = {stack.chat(demo["key"]["key"], "chat-demo").headers["X-Demo-Backend"]
+    seen = {stack.chat(mine["key"]["key"], "skel-drain").headers["X-Demo-Backend"]
             for _ in range(10)}
-    assert seen == {"chat-b"}
+    assert seen == {"skel-drain-b"}
 
 
 def test_gateway_serves_with_control_plane_down_and_after_restart_from_lkg(own_stack, demo):

@@ -4,8 +4,8 @@ plans.realtime_sessions (open at once per consumer, per gateway) and
 plans.realtime_session_s (the longest a session may last); NULL: no cap; and
 usage_daily.session_seconds (realtime sessions' length, each rounded up to a second).
 
-Revision ID: 0023
-Revises: 0022
+Revision ID: 0024
+Revises: 0023
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0023"
-down_revision = "0022"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
