@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian 12 machine:
 #   make run   - Sluice with demo backends on a private PostgreSQL under var/
 #   make test  - the whole test suite (real nginx, real PostgreSQL, real backends)
-.PHONY: run test setup bench clean
+.PHONY: run test setup bench bench-realtime clean
 
 setup:
 	@scripts/setup.sh
@@ -19,6 +19,10 @@ test: setup
 
 bench: setup
 	.venv/bin/python bench/gateway.py
+
+# what the gateway adds to a realtime (WebSocket) event's round trip (bench/README.md)
+bench-realtime: setup
+	.venv/bin/python bench/realtime.py
 
 clean:
 	rm -rf var .pytest_cache

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   nginx libnginx-mod-http-ndk libnginx-mod-http-lua
   lua-resty-core lua-resty-lrucache lua-cjson luajit2 lua-luaossl lua-nginx-redis
+  lua-nginx-websocket   # lua-resty-websocket: the realtime proxy (lua/sluice/realtime*.lua)
   postgresql wrk lua-check python3 python3-venv python3-pip
   ca-certificates openssl   # the system store https backends are verified against; test CAs
   chromium chromium-driver

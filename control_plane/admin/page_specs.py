@@ -287,7 +287,11 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                             "the priority's default (critical 10000, standard 2000, "
                             "best_effort 0 = refused at once)."),
                  Input("buffer_at_peak", "Buffer at peak (best-effort requests a full "
-                       "model refuses become async jobs)", "checkbox", default=False)],
+                       "model refuses become async jobs)", "checkbox", default=False),
+                 _limit_input("realtime_sessions", "Realtime sessions at once",
+                              "Open WebSocket sessions (GET /v1/realtime) per consumer."),
+                 _limit_input("realtime_session_s", "Realtime session length (s)",
+                              "The longest one session may last.")],
          columns=[("Name", lambda p: p.name), ("Req/s", lambda p: f"{p.rate_per_second:g}"),
                   ("Burst", lambda p: p.burst or "1 s worth"),
                   ("Concurrent", lambda p: _limit(p.max_concurrent)),

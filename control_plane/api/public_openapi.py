@@ -168,6 +168,16 @@ PATHS: dict[str, Any] = {
                                         path_model=True, cache=True),
     "/v2/models/{model}/infer": _post("v2_infer", "Open Inference Protocol v2 tensors",
                                       "V2Request", "V2Answer", path_model=True, cache=True),
+    "/v1/realtime": {"get": {
+        "operationId": "realtime",
+        "summary": "OpenAI Realtime API: a WebSocket (HTTP/1.1 upgrade) proxied event by "
+                   "event to the model's openai_realtime backends (docs/realtime.md); a "
+                   "browser may give the key as the subprotocol "
+                   "openai-insecure-api-key.<key>",
+        "parameters": [{"name": "model", "in": "query", "required": True,
+                        "schema": MODEL_NAME}],
+        "responses": {**_errors(),
+                      "101": {"description": "Switching Protocols: the session"}}}},
     "/v1/jobs/{id}": {"parameters": _ID,
                       "get": _plain("get_job", "an async job of this key's consumer", "Job"),
                       "delete": _plain("cancel_job", "cancel a queued job (409 otherwise)",

@@ -236,6 +236,9 @@ class PlanSchema(Schema):
         "queue_timeout_ms": Field(v.integer(0, MAX_QUEUE_TIMEOUT_MS), nullable=True),
         # best-effort requests refused at saturation become async jobs (202) instead
         "buffer_at_peak": Field(v.boolean),
+        # realtime sessions (GET /v1/realtime): open at once per consumer, longest (s)
+        "realtime_sessions": Field(v.integer(1, 1_000_000), nullable=True),
+        "realtime_session_s": Field(v.integer(1, 86_400), nullable=True),
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
@@ -247,6 +250,8 @@ class PlanSchema(Schema):
                 "priority": p.priority, "priority_header": p.priority_header,
                 "queue_timeout_ms": p.queue_timeout_ms, "buffer_at_peak": p.buffer_at_peak,
                 **media_schema.plan_caps(p),
+                "realtime_sessions": p.realtime_sessions,
+                "realtime_session_s": p.realtime_session_s,
                 "created_at": iso(p.created_at), "updated_at": iso(p.updated_at)}
 
 

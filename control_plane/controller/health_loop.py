@@ -7,6 +7,7 @@ Probes (GET, SLUICE_HEALTH_TIMEOUT each, the backend's Host and credentials):
 
     openai      {base}/health                200 ready, 503 loading (vLLM while loading)
     openai_responses  {base}/health          the same
+    openai_realtime  {base}/health           likewise (the WebSocket server's plain HTTP)
     predict     {base}/v1/models/{m}         200 {"ready": true} ready, false or 503 loading
     kserve_v2   {base}/v2/models/{m}/ready   200 ready, 503 loading
     tfserving   {base}/v1/models/{m}         a model_version_status AVAILABLE ready,
@@ -56,7 +57,8 @@ LOADING_STATES = {"LOADING", "START"}
 def probe_path(protocol: str, model: str) -> str | None:
     """Where a backend of `protocol` serving `model` tells its readiness."""
     m = quote(model, safe="")
-    return {"openai": "/health", "openai_responses": "/health", "predict": f"/v1/models/{m}",
+    return {"openai": "/health", "openai_responses": "/health", "openai_realtime": "/health",
+            "predict": f"/v1/models/{m}",
             "kserve_v2": f"/v2/models/{m}/ready", "tfserving": f"/v1/models/{m}",
             "anthropic": "/v1/models"}.get(protocol)
 

@@ -21,6 +21,9 @@ Small, but it shows the features a newcomer asks about on the first day:
   (`openai_responses`): `/v1/responses` passes through (stored responses,
   `previous_response_id`), chat callers are converted to it (docs/responses-api.md).
   Every chat model answers on `/v1/responses` too, converted.
+- `realtime-demo`: OpenAI's Realtime API over a WebSocket (`GET /v1/realtime?model=
+  realtime-demo`), served by the demo realtime backend (control_plane/demo/realtime.py);
+  the plans cap sessions at once and their length.
 - consumers `demo` (plan `demo`, priority standard) and `demo-vip` (attribute
   `user_type: vip`, plan `vip`, priority critical), each with an API key. The plans'
   limits are high enough never to get in a demo's way but make usage and quotas show.
@@ -44,9 +47,12 @@ DEMO_MODELS = [
     {"name": "sentiment-demo", "timeout_ms": 5000, "gpu_class": "L4"},
     {"name": "claude-demo", "timeout_ms": 30000, "max_output_tokens": 4096},
     {"name": "responses-demo", "timeout_ms": 30000},
+    # a realtime session is closed after this long with no event either way
+    {"name": "realtime-demo", "timeout_ms": 60000},
     *media_fleet.MODELS,
 ]
 DEMO_ANTHROPIC_MODEL = "claude-demo"   # var/sluice-up.json: demo_anthropic_model
+DEMO_REALTIME_MODEL = "realtime-demo"
 # latency_ms: what the demo backend waits before each answer
 DEMO_BACKENDS = [
     {"name": "chat-demo-a", "model": "chat-demo", "protocol": "openai", "weight": 300,
@@ -61,6 +67,8 @@ DEMO_BACKENDS = [
     {"name": "claude-demo-a", "model": "claude-demo", "protocol": "anthropic", "weight": 100},
     {"name": "responses-demo-a", "model": "responses-demo", "protocol": "openai_responses",
      "weight": 100},
+    {"name": "realtime-demo-a", "model": "realtime-demo", "protocol": "openai_realtime",
+     "weight": 100, "latency_ms": 0},
     *media_fleet.BACKENDS,
 ]
 DEMO_ROUTE = {"name": "chat", "versions": [
@@ -72,9 +80,11 @@ DEMO_MODEL_TYPES = {"nlp/sentiment": "sentiment-demo", **media_fleet.MODEL_TYPES
 # generous: never in a demo's way, but usage and quotas have something to show
 DEMO_PLANS = [
     {"name": "demo", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
-     "monthly_tokens": 100_000_000, "priority": "standard"},
+     "monthly_tokens": 100_000_000, "priority": "standard", "realtime_sessions": 10,
+     "realtime_session_s": 1800},
     {"name": "vip", "rate_per_second": 1000, "burst": 2000, "daily_requests": 1_000_000,
-     "monthly_tokens": 100_000_000, "priority": "critical"},
+     "monthly_tokens": 100_000_000, "priority": "critical", "realtime_sessions": 50,
+     "realtime_session_s": 3600},
 ]
 # consumer name -> (plan, attributes, key name in var/secrets.json and sluice-up.json)
 DEMO_CONSUMERS = {
@@ -86,8 +96,19 @@ DEMO_LATENCY_MS = 20   # every demo backend's latency, unless it says otherwise
 DEMO_SLAS = "chat-demo=2000,chat-canary=2000,sentiment-demo=500,claude-demo=2000"
 
 
+def backend_module(backend: Mapping[str, Any]) -> str:
+    """The module that runs the demo backend (`python -m <module>`)."""
+    if backend["protocol"] == "openai_realtime":
+        return "control_plane.demo.realtime"
+    return "control_plane.demo.backends"
+
+
 def backend_args(backend: Mapping[str, Any], port: int) -> list[str]:
-    """The demo backend's command-line flags (control_plane/demo/cli.py)."""
+    """The demo backend's command-line flags (control_plane/demo/cli.py; the realtime
+    one's: control_plane/demo/realtime.py)."""
+    if backend["protocol"] == "openai_realtime":
+        return ["--port", str(port), "--name", backend["name"],
+                "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]
     args = ["--protocol", backend.get("serves", backend["protocol"]), "--port", str(port),
             "--name", backend["name"],
             "--latency-ms", str(backend.get("latency_ms", DEMO_LATENCY_MS))]

@@ -197,6 +197,8 @@ class Stack:
             "demo_route": fleet.DEMO_ROUTE["name"],
             "demo_anthropic_model": fleet.DEMO_ANTHROPIC_MODEL,
             "demo_responses_model": "responses-demo",   # speaks the Responses API natively
+            # GET /v1/realtime?model=<this> (a WebSocket; docs/realtime.md)
+            "demo_realtime_model": fleet.DEMO_REALTIME_MODEL,
             **media_fleet.UP_KEYS,   # demo_asr_model, demo_tts_model, demo_image_model
             "database_url": db_url,
             "amqp_url": amqp_url,
@@ -241,7 +243,7 @@ class Stack:
         ports = procs.free_ports(len(fleet.DEMO_BACKENDS))
         for backend, port in zip(fleet.DEMO_BACKENDS, ports):
             child = self._spawn(backend["name"], [
-                sys.executable, "-m", "control_plane.demo.backends",
+                sys.executable, "-m", fleet.backend_module(backend),
                 *fleet.backend_args(backend, port)], env, logs)
             started.append((backend["name"], port, child))
         urls = {}

@@ -20,6 +20,7 @@ WEIGHT = "sluice_backend_weight"
 CIRCUIT = "sluice_backend_circuit_state"
 CIRCUIT_NAMES = {0: "closed", 1: "open", 2: "half-open"}
 QUEUE_DEPTH = "sluice_queue_depth"   # waiting requests per model and class (a gauge)
+SESSIONS = "sluice_realtime_sessions"   # open realtime (WebSocket) sessions per model
 _LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -43,8 +44,8 @@ def parse(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
 
 
 def summarize(texts: Iterable[str]) -> dict[str, Any]:
-    """Requests, 5xx answers, latency buckets and waiting requests ("queued", now) per
-    model; requests per backend."""
+    """Requests, 5xx answers, latency buckets, waiting requests ("queued", now) and open
+    realtime sessions ("sessions", now) per model; requests per backend."""
     models: dict[str, dict[str, Any]] = {}
     backends: dict[str, dict[str, float]] = {}
     for text in texts:
@@ -57,9 +58,11 @@ def summarize(texts: Iterable[str]) -> dict[str, Any]:
                                            {"requests": 0.0, "errors": 0.0}), name, value)
                 continue
             entry = models.setdefault(model, {"requests": 0.0, "errors": 0.0, "buckets": {},
-                                              "queued": 0.0})
+                                              "queued": 0.0, "sessions": 0.0})
             if name == QUEUE_DEPTH:
                 entry["queued"] += value   # summed over classes and gateways
+            elif name == SESSIONS:
+                entry["sessions"] += value   # summed over gateways
             elif name == REQUESTS:
                 entry["requests"] += value
                 status = labels.get("status", "")

@@ -24,7 +24,7 @@ QUOTAS = {  # plan field -> (period, what is counted)
     "monthly_tokens": ("this_month", "total_tokens"),
 }
 COUNTS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens",
-          "audio_ms", "input_chars", "images")
+          "audio_ms", "input_chars", "images", "session_seconds")
 MAX_ROWS = 10000
 
 

@@ -82,7 +82,7 @@ def tls_entry(backend: Backend, url_host: str) -> dict[str, Any]:
 
 
 PLAN_FIELDS = ("rate_per_second", "burst", "max_concurrent", "daily_requests",
-               "monthly_requests", "monthly_tokens")
+               "monthly_requests", "monthly_tokens", "realtime_sessions", "realtime_session_s")
 
 
 def plan_entry(plan: Plan) -> dict[str, Any]:

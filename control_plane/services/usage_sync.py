@@ -28,10 +28,10 @@ from control_plane.tables.records import UsageCursor, UsageDaily
 
 log = logging.getLogger("sluice.usage")
 
-# the gateway's counters, in its order (lua/sluice/usage.lua); audio and image work
-# last (a gateway of before them reports four)
+# the gateway's counters, in its order (lua/sluice/usage.lua); audio and image work,
+# then realtime session seconds, last (a gateway of before them reports four or seven)
 FIELDS = ("requests", "prompt_tokens", "completion_tokens", "total_tokens",
-          "audio_ms", "input_chars", "images")
+          "audio_ms", "input_chars", "images", "session_seconds")
 N = len(FIELDS)
 KEEP_DAYS = 7   # cursor entries older than this are dropped (the gateway drops them sooner)
 
@@ -88,7 +88,7 @@ def ingest(session: Session, gateway_id: int, boot: str, started_at: float,
         rows = []
         for key, vals in counters.items():
             prev = list(last.get(key) or [])
-            prev += [0] * (N - len(prev))   # a cursor written before audio and images
+            prev += [0] * (N - len(prev))   # a cursor written before a field was added
             # max: a slower reader's older figures never take back what was added
             delta = [max(v - p, 0) for v, p in zip(vals, prev)]
             merged[key] = [max(v, p) for v, p in zip(vals, prev)]

@@ -13,8 +13,9 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from control_plane.tables.base import Base, Timestamps
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+# openai_realtime: OpenAI's Realtime API over a WebSocket (GET /v1/realtime only)
 PROTOCOLS = ("openai", "predict", "kserve_v2", "tfserving", "vendor", "openai_responses",
-             "gemini", "anthropic")
+             "gemini", "anthropic", "openai_realtime")
 METRICS_FORMATS = ("vllm", "triton", "dcgm")   # Prometheus text a backend may be scraped for
 # The audio and image work a model may do (lua/sluice/media.lua): the endpoints
 # /v1/audio/transcriptions, /translations, /speech, /v1/images/* refuse other models.
@@ -254,6 +255,10 @@ class Plan(Timestamps, Base):
     # A best-effort request refused for saturation becomes an async job (202) instead.
     buffer_at_peak: Mapped[bool] = mapped_column(Boolean, default=False,
                                                  server_default="false")
+    # Realtime (WebSocket) sessions: how many a consumer holds open at once (per
+    # gateway) and the longest one may last, in seconds; NULL: no cap.
+    realtime_sessions: Mapped[int | None] = mapped_column(Integer)
+    realtime_session_s: Mapped[int | None] = mapped_column(Integer)
 
     def queue_timeout(self) -> int:
         """The wait bound the gateway applies (ms): the plan's, else its class's."""
@@ -265,7 +270,10 @@ class Plan(Timestamps, Base):
                       CheckConstraint("priority IN (" + ", ".join(f"'{p}'" for p in PRIORITIES)
                                       + ")", name="priority_known"),
                       CheckConstraint(f"queue_timeout_ms BETWEEN 0 AND {MAX_QUEUE_TIMEOUT_MS}",
-                                      name="queue_timeout_range"))
+                                      name="queue_timeout_range"),
+                      CheckConstraint("realtime_sessions > 0", name="realtime_sessions_positive"),
+                      CheckConstraint("realtime_session_s > 0",
+                                      name="realtime_session_s_positive"))
 
 
 class JwtIssuer(Timestamps, Base):

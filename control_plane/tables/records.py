@@ -180,6 +180,8 @@ class UsageDaily(Base):
     audio_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     input_chars: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     images: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # realtime sessions' length (each rounded up to a whole second)
+    session_seconds: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class UsageCursor(Base):
@@ -192,7 +194,7 @@ class UsageCursor(Base):
     boot: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[float] = mapped_column(Float)
     # "<YYYYMMDD>|<consumer id>|<model>" -> [requests, prompt, completion, total,
-    # audio ms, characters, images]
+    # audio ms, characters, images, session seconds]
     counters: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now())

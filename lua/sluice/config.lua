@@ -5,6 +5,7 @@
 --   request -> get() -> worker-local compiled table, rebuilt only when "gen" moves
 local cjson = require("cjson.safe")
 local plans = require("sluice.plans")
+local realtime_plans = require("sluice.realtime_plans")
 local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
@@ -226,6 +227,8 @@ local function compile(s, prev_s, prev)
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
              breaker = breaker.settings(s.breaker), routes = splits.compile(s.routes),
              priorities = priorities,
+             -- plans' caps on realtime sessions (sluice.realtime)
+             realtime_caps = same_plans and prev.realtime_caps or realtime_plans.compile(s.plans),
              -- brief 000's model_type -> model or route name (sluice.target)
              model_types = s.model_types or {} }
 end

@@ -75,6 +75,11 @@
 --                                        then, or to clear it)
 --    .shape              shape           a vendor's headers or query string are on the request (written
 --                                        only then, or once they are cleared)
+--    .realtime           realtime        a `/v1/realtime` session: its caps, its backend and that WebSocket,
+--                                        bytes and events each way, how it closed (`realtime_pump` writes
+--                                        its fields once open); for these requests `realtime` writes
+--                                        `caller`, `target.model_name`, `target.model`, `body.doc` and
+--                                        `body.len` in `steps`' and `target`'s stead
 --  cache                 cache           the response cache
 --    .key, .ttl, .status  cache          this pass's entry key (nil: nothing to store), its ttl, its
 --                                        `X-Cache-Status` (nil: not cacheable)

@@ -27,6 +27,8 @@ local relay = require("sluice.relay")
 local delivery = require("sluice.delivery")
 local steps = require("sluice.steps")
 local headers = require("sluice.headers")
+local realtime = require("sluice.realtime")
+local realtime_pump = require("sluice.realtime_pump")
 local fields = require("sluice.bytes").fields
 local breaker_defaults = require("sluice.breaker").settings(nil)
 
@@ -175,6 +177,28 @@ function _M.access()
         return errors.exit(status, err_type, msg, extra)
     end
     return deliver(ctx)
+end
+
+-- location = /v1/realtime (content phase): admitted, the WebSocket session runs here
+-- to its end (sluice.realtime_pump); refused, the error template before any upgrade.
+function _M.realtime()
+    local ctx = context.new()
+    headers.read(ctx)
+    trace.start(ctx)
+    local status, err_type, msg, extra, protocol = realtime.admit(ctx)
+    if status == 499 then   -- the caller went away while it waited for a slot
+        return ngx_exit(499)
+    elseif status then
+        return errors.exit(status, err_type, msg, extra)
+    end
+    return realtime_pump.serve(ctx, protocol)
+end
+
+-- Its log phase: one line per session (or per refusal), metrics, usage.
+function _M.realtime_log()
+    local ctx = context.finish()
+    realtime_pump.log(ctx)
+    context.recycle(ctx)
 end
 
 -- location /_sluice/buffered (rewrite phase): the subrequest of a relayed answer.

@@ -15,6 +15,8 @@ local needs_doc = body_rules.needs_doc
 local upload = require("sluice.upload")
 local spread = require("sluice.spread")
 
+local REALTIME = "openai_realtime"   -- the pool of sluice.realtime's backends
+
 local _M = {}
 
 -- The request body, read and checked without decoding it (valid UTF-8, shaped like a
@@ -125,10 +127,20 @@ function _M.pool(snap, endpoint, model_name)
         pool = endpoint.native and model.pools[endpoint.native]
     end
     if not pool then
-        local first = model.pool_order[1]
-        pool = first and model.pools[first]
+        local order = model.pool_order
+        for i = 1, #order do
+            -- realtime backends take only WebSocket sessions (sluice.realtime)
+            if order[i] ~= REALTIME then
+                pool = model.pools[order[i]]
+                break
+            end
+        end
     end
     if not pool then
+        if model.pools[REALTIME] then
+            return 400, "invalid_request", "model " .. model_name .. " takes only realtime "
+                   .. "sessions (GET /v1/realtime)", { param = "model" }
+        end
         return 503, "backend_unavailable", "model " .. model_name .. " has no backend"
     end
     return nil, nil, nil, nil, pool, model

@@ -250,6 +250,18 @@ function _M.body_filter(ctx)
     end
 end
 
+-- A realtime session (sluice.realtime_pump): the tokens one `response.done` event
+-- reported (input, output, total; nil when absent), added to what the session used.
+function _M.add(ctx, p, c, total)
+    p = type(p) == "number" and p or 0
+    c = type(c) == "number" and c or 0
+    total = type(total) == "number" and total or p + c
+    local u = _M.of(ctx)
+    u.prompt = (u.prompt or 0) + p
+    u.completion = (u.completion or 0) + c
+    u.total = (u.total or 0) + total
+end
+
 -- error page: the request failed, nothing was generated.
 function _M.refund(ctx)
     local u = ctx.usage

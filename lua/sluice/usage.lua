@@ -3,7 +3,8 @@
 --
 -- Counting (shared dict sluice_usage): "<YYYYMMDD>|<consumer id>|<model>|<f>" with
 -- f = r (requests), p / c / t (prompt / completion / total tokens), a / x / i (audio
--- milliseconds, characters spoken, images made: sluice.media_usage). A request adds
+-- milliseconds, characters spoken, images made: sluice.media_usage), s (realtime session
+-- seconds, sluice.realtime_pump: each session's length rounded up). A request adds
 -- one to r in access when the plan admitted it (what the quota counters count too),
 -- and its tokens in log when the answer reported `usage` (consumers on a plan), to a
 -- per-worker buffer (plain Lua numbers); the metrics flush (sluice.metrics: every
@@ -36,6 +37,7 @@ local type = type
 local tonumber = tonumber
 local tostring = tostring
 local str_sub = string.sub
+local ceil = math.ceil
 local str_format = string.format
 local str_byte = string.byte
 local io_open = io.open
@@ -46,8 +48,8 @@ local limits_dict = ngx.shared.sluice_limits
 
 local KEEP = 3 * 86400     -- a day's counters outlive the day by this (controller away)
 -- requests, prompt / completion / total tokens; audio ms, characters spoken, images
--- made (sluice.media_usage)
-local FIELDS = { "r", "p", "c", "t", "a", "x", "i" }
+-- made (sluice.media_usage); realtime session seconds (sluice.realtime_pump)
+local FIELDS = { "r", "p", "c", "t", "a", "x", "i", "s" }
 local N_FIELDS = #FIELDS
 
 local _M = {}
@@ -79,8 +81,9 @@ local function keys_for(cid, model)
     if not k then
         local base = day .. "|" .. cid .. "|" .. model .. "|"
         k = { r = base .. "r", p = base .. "p", c = base .. "c", t = base .. "t",
-              a = base .. "a", x = base .. "x", i = base .. "i",
+              a = base .. "a", x = base .. "x", i = base .. "i", s = base .. "s",
               expires = expires, nr = 0, np = 0, nc = 0, nt = 0, na = 0, nx = 0, ni = 0,
+              ns = 0,
               dirty = false }
         per[model] = k
     end
@@ -125,6 +128,10 @@ local function flush()
                 put(k.x, k.nx, ttl)
                 put(k.i, k.ni, ttl)
                 k.na, k.nx, k.ni = 0, 0, 0
+            end
+            if k.ns ~= 0 then
+                put(k.s, k.ns, ttl)
+                k.ns = 0
             end
         end
         k.nr, k.np, k.nc, k.nt, k.dirty = 0, 0, 0, 0, false
@@ -219,11 +226,21 @@ function _M.log(ctx)
     count(k, "nt", total)
 end
 
+-- Log phase of a realtime session (sluice.realtime_pump): its length, in whole seconds
+-- (rounded up), into the session-seconds counter of its consumer and model.
+function _M.seconds(ctx, seconds)
+    local u = ctx.usage
+    local k = u and u.keys
+    if k and seconds > 0 then
+        count(k, "ns", ceil(seconds))
+    end
+end
+
 -- GET /internal/usage: {"boot", "started_at", "counters": {"<day>|<cid>|<model>":
--- [requests, prompt, completion, total]}, "offsets": {"<quota counter>": n} (what
--- the last push added), "seed_version", "seed_snapshot", "snapshot_version"} (the
--- controller pushes again when the last push was applied under another snapshot:
--- plans may have changed).
+-- [requests, prompt, completion, total, audio ms, characters, images, session seconds]},
+-- "offsets": {"<quota counter>": n} (what the last push added), "seed_version",
+-- "seed_snapshot", "snapshot_version"} (the controller pushes again when the last push
+-- was applied under another snapshot: plans may have changed).
 function _M.report(snap)
     metrics.sync()   -- every worker's buffer first: the counts of every answered request
     local boot, started = ensure_boot()
@@ -236,7 +253,7 @@ function _M.report(snap)
                 local row_key = str_sub(key, 1, last - 2)
                 local row = counters[row_key]
                 if not row then
-                    row = { 0, 0, 0, 0, 0, 0, 0 }
+                    row = { 0, 0, 0, 0, 0, 0, 0, 0 }
                     counters[row_key] = row
                 end
                 local f = str_sub(key, last)

@@ -9,6 +9,7 @@ local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
 local splits = require("sluice.splits")
 local admission = require("sluice.admission")
+local realtime_plans = require("sluice.realtime_plans")
 local media = require("sluice.media")
 local x509 = require("openssl.x509")
 local pkey = require("openssl.pkey")
@@ -24,9 +25,10 @@ local floor = math.floor
 local json_null = cjson.null
 
 local PROTOCOLS = { openai = true, predict = true, kserve_v2 = true, tfserving = true,
-                    vendor = true, openai_responses = true, gemini = true, anthropic = true }
+                    vendor = true, openai_responses = true, gemini = true, anthropic = true,
+                    openai_realtime = true }
 local PROTOCOL_NAMES = "openai, predict, kserve_v2, tfserving, vendor, openai_responses, gemini, "
-                       .. "anthropic"
+                       .. "anthropic, openai_realtime"
 local SCHEMES = { http = true, https = true }
 
 local _M = {}
@@ -201,7 +203,7 @@ function _M.snapshot(s)
     end
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
                  or content.validate(s.content_policies) or splits.validate(s.routes, s.models)
-                 or admission.validate(s)
+                 or admission.validate(s) or realtime_plans.validate(s.plans)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)

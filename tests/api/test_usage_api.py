@@ -76,7 +76,7 @@ def test_parse_report_rejects_what_is_not_a_report():
     boot, started, counters = usage_sync.parse_report(
         {"boot": "b", "started_at": 1.5, "counters": {f"{D}|1|m": [1, 2, 3, 4], "junk": [1]}})
     # a gateway of before audio and images reports four counters: the rest are 0
-    assert (boot, started, counters) == ("b", 1.5, {f"{D}|1|m": [1, 2, 3, 4, 0, 0, 0]})
+    assert (boot, started, counters) == ("b", 1.5, {f"{D}|1|m": [1, 2, 3, 4, 0, 0, 0, 0]})
 
 
 def _fill(sessions, rows):
@@ -112,7 +112,8 @@ def test_consumer_usage_against_plan_and_per_model_quotas(api, sessions):
     assert body["day"] == TODAY.isoformat()
     assert body["today"] == {"requests": 7, "prompt_tokens": 1700,
                              "completion_tokens": 1700, "total_tokens": 3400,
-                             "audio_ms": 0, "input_chars": 0, "images": 0}
+                             "audio_ms": 0, "input_chars": 0, "images": 0,
+                             "session_seconds": 0}
     assert body["this_month"]["requests"] == 7 + (6 if earlier else 0)
     assert body["models"]["big"]["today"]["requests"] == 3
     quotas = {(q["quota"], q["scope"]): (q["limit"], q["used"], q["remaining"])

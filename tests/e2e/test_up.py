@@ -11,6 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 import requests
+from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from up_run import ours, start_up, stop_up, wait_info
 
@@ -190,6 +191,22 @@ def _demo_features(info: dict) -> None:
     assert usage["plan"]["name"] == "demo" and usage["today"]["requests"] >= 4
     daily = next(q for q in usage["quotas"] if q["quota"] == "daily_requests")
     assert daily["used"] >= 4 and daily["remaining"] == daily["limit"] - daily["used"]
+
+    # a realtime session (WebSocket) with the official client, on the demo realtime backend
+    client = OpenAI(base_url=info["gateway_url"] + "/v1", api_key=info["demo_api_key"],
+                    max_retries=0)
+    with client.realtime.connect(model=info["demo_realtime_model"], max_retries=0) as conn:
+        assert conn.recv().type == "session.created"
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_text", "text": "hi"}]})
+        conn.response.create()
+        said = ""
+        for event in conn:
+            if event.type == "response.output_audio_transcript.delta":
+                said += event.delta
+            if event.type == "response.done":
+                break
+    assert said == "echo: hi"
 
     # async: 202 and a job at once; its answer by polling (up started RabbitMQ and a worker)
     sub = requests.post(info["gateway_url"] + "/v1/chat/completions", timeout=10,

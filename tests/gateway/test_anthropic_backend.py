@@ -279,7 +279,7 @@ def test_usage_is_counted_once(gw, oai, claude_client):
                                        messages=[{"role": "user", "content": "a b c d"}]) as s:
         s.get_final_message()                                                    # 4 + 5
     counters = gw.usage()["counters"]
-    assert counters[f"{day}|1|claude-usage"] == [4, 10, 14, 24, 0, 0, 0]   # no audio, characters, images
+    assert counters[f"{day}|1|claude-usage"] == [4, 10, 14, 24, 0, 0, 0, 0]   # no media, no session
 
 
 def test_tools_to_a_backend_that_cannot_call_them(oai):

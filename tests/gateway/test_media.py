@@ -256,7 +256,7 @@ def test_usage_counts_audio_seconds_characters_and_images(media_gw, helpers, cli
     transcription (the WAV's header), characters spoken, images made."""
     def row(model):
         day = time.strftime("%Y%m%d", time.gmtime())
-        return media_gw.usage()["counters"].get(f"{day}|1|{model}", [0] * 7)
+        return media_gw.usage()["counters"].get(f"{day}|1|{model}", [0] * 8)
 
     before = {m: row(m) for m in ("whisper-demo", "tts-demo", "image-demo")}
     for _ in range(2):
@@ -266,9 +266,9 @@ def test_usage_counts_audio_seconds_characters_and_images(media_gw, helpers, cli
     with pytest.raises(openai.BadRequestError):   # refused: bills nothing
         client.images.generate(model="chat-demo", prompt="p", n=3)
     grown = {m: [a - b for a, b in zip(row(m), before[m])] for m in before}
-    assert grown["whisper-demo"] == [2, 0, 0, 0, 3000, 0, 0]
-    assert grown["tts-demo"] == [1, 0, 0, 0, 0, 5, 0]
-    assert grown["image-demo"] == [1, 0, 0, 0, 0, 0, 3]
+    assert grown["whisper-demo"] == [2, 0, 0, 0, 3000, 0, 0, 0]
+    assert grown["tts-demo"] == [1, 0, 0, 0, 0, 5, 0, 0]
+    assert grown["image-demo"] == [1, 0, 0, 0, 0, 0, 3, 0]
     def logged():   # the access log is flushed every second
         lines = [json.loads(line) for line in (media_gw.prefix / "logs" / "access.log")
                  .read_text().splitlines()[-5:]]

@@ -214,7 +214,7 @@ def test_usage_is_counted_once_and_right(gateway, helpers, backends):
                   for f in ("input_tokens", "output_tokens", "total_tokens")]
     assert want[1:] == [3 + 2 + 4, 4 + 3 + 2, 7 + 5 + 6]   # the demo counts words
     day = time.strftime("%Y%m%d", time.gmtime())
-    want += [0, 0, 0]   # no audio, characters, images
+    want += [0, 0, 0, 0]   # no audio, characters, images, session seconds
     eventually(lambda: gateway.usage()["counters"].get(f"{day}|3|chat-usage") == want,
                message="usage counters")
 

@@ -185,6 +185,6 @@ def test_usage_counted_once_for_every_caller_of_a_responses_backend(
     seen.append((u.input_tokens, u.output_tokens))
     assert seen == [(2, 3), (4, 2), (2, 3)]   # the demo counts words
     day = time.strftime("%Y%m%d", time.gmtime())
-    want = [3, 8, 8, 16, 0, 0, 0]   # (no audio, characters, images)
+    want = [3, 8, 8, 16, 0, 0, 0, 0]   # (no audio, characters, images, session)
     eventually(lambda: gateway.usage()["counters"].get(f"{day}|3|{model}") == want,
                message="usage counters")

@@ -59,9 +59,11 @@ def test_requests_and_tokens_counted_per_consumer_model_and_day(gateway_factory,
     got = served.usage()
     assert got["boot"] == before["boot"]
     assert got["counters"] == {
-        f"{day}|1|chat-demo": [3, *sums, 0, 0, 0],    # (no audio, characters, images)
-        f"{day}|1|predict-demo": [1, 0, 0, 0, 0, 0, 0],
-        f"{day}|2|chat-demo": [1, 0, 0, 0, 0, 0, 0],  # bob has no plan: requests, not tokens
+        # then audio ms, characters, images, realtime session seconds (test_media.py,
+        # test_realtime.py)
+        f"{day}|1|chat-demo": [3, *sums, 0, 0, 0, 0],
+        f"{day}|1|predict-demo": [1, 0, 0, 0, 0, 0, 0, 0],
+        f"{day}|2|chat-demo": [1, 0, 0, 0, 0, 0, 0, 0],    # bob has no plan: requests, not tokens
     }
     assert sums[2] > 0
 

@@ -45,3 +45,11 @@ def test_live_weight_and_circuit_show_the_worst_any_gateway_sees():
     assert (a["weight"], a["circuit"]) == (250, "open")
     assert a["requests"] == 0  # gauges are not traffic
     assert summarize([gw1])["models"] == {}  # nor do they make a model appear
+
+
+def test_open_realtime_sessions_are_summed_over_gateways():
+    gw1 = 'sluice_realtime_sessions{model="voice"} 3\n'
+    gw2 = 'sluice_realtime_sessions{model="voice"} 2\nsluice_realtime_sessions{model="chat"} 0\n'
+    models = summarize([gw1, gw2])["models"]
+    assert models["voice"]["sessions"] == 5 and models["voice"]["requests"] == 0
+    assert models["chat"]["sessions"] == 0

@@ -204,10 +204,13 @@ class Dashboard {
         metricCell(r.p99, fmtLatency(r.p99), h.p99, `p99 latency of ${model}`),
         // requests waiting in the gateways' queues for a slot, now (not a rate)
         el("td", status.traffic && status.traffic.models[model]
-          ? String(Math.round(status.traffic.models[model].queued || 0)) : "—"));
+          ? String(Math.round(status.traffic.models[model].queued || 0)) : "—"),
+        // realtime (WebSocket) sessions open now, all gateways
+        el("td", status.traffic && status.traffic.models[model]
+          ? String(Math.round(status.traffic.models[model].sessions || 0)) : "—"));
       return tr;
     });
-    document.getElementById("traffic-rows").replaceChildren(...(rows.length ? rows : [emptyRow(5, "No models yet.")]));
+    document.getElementById("traffic-rows").replaceChildren(...(rows.length ? rows : [emptyRow(6, "No models yet.")]));
   }
 
   renderBackends(status) {

@@ -155,7 +155,10 @@ def test_dashboard_charts_live_traffic_per_model(own_stack, demo, ui):
         worker.join()
     assert set(sent) == {200}
     ui.wait(lambda _d: _metric(ui, "chat-demo", 1) == 0)  # no 5xx among them
-    # the Waiting column: requests in the gateways' queues now (none: never saturated)
+    # the Waiting column: requests in the gateways' queues now (none: never saturated);
+    # the last one, realtime sessions open now (chat-demo has no realtime backend)
+    ui.wait(lambda d: d.find_element(
+        By.CSS_SELECTOR, "tr[data-model='chat-demo'] td:nth-child(5)").text == "0")
     ui.wait(lambda d: d.find_element(
         By.CSS_SELECTOR, "tr[data-model='chat-demo'] td:last-child").text == "0")
     ui.wait(lambda d: "chat-a" in d.find_element(By.CSS_SELECTOR, "#backend-rows tr").text
