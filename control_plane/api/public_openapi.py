@@ -134,6 +134,12 @@ _TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
                 "schema": {"type": "string", "examples": [
                     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]}}
 
+# a kept response's paths (lua/sluice/stored.lua): counted by the plan as requests
+_KEPT = _ID + [
+    {"name": "model", "in": "query", "required": False, "schema": MODEL_NAME,
+     "description": "the model whose backend kept it; needed only when several "
+                    "models of the key speak Responses natively"}]
+
 PATHS: dict[str, Any] = {
     "/v1/chat/completions": _post(
         "chat", "OpenAI chat completions (streaming with `stream: true`)", "ChatRequest",
@@ -147,12 +153,21 @@ PATHS: dict[str, Any] = {
         "openai_responses backends (docs/responses-api.md); with `stream: true` "
         "`event:`/`data:` ResponseStreamEvent events, no [DONE]", "ResponsesRequest",
         "Response"),
-    "/v1/responses/{id}": {"parameters": _ID + [
-        {"name": "model", "in": "query", "required": False, "schema": MODEL_NAME,
-         "description": "the model whose backend kept it; needed only when several "
-                        "models of the key speak Responses natively"}],
+    "/v1/responses/{id}": {"parameters": _KEPT,
         "get": _plain("get_response", "a response an openai_responses backend kept",
-                      "Response")},
+                      "Response"),
+        "delete": _plain("delete_response", "delete it in the backend that kept it",
+                         "ResponseDeleted")},
+    "/v1/responses/{id}/input_items": {"parameters": _KEPT + [
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}},
+        {"name": "order", "in": "query", "required": False,
+         "schema": {"enum": ["asc", "desc"]}},
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}}],
+        "get": _plain("list_response_input_items", "its input items, listed by the backend "
+                      "that kept it (the query passed on)", "ResponseInputItems")},
+    "/v1/responses/{id}/cancel": {"parameters": _KEPT,
+        "post": _plain("cancel_response", "cancel a background response in the backend "
+                       "that kept it (no body)", "Response")},
     "/v1/models": {"get": {"operationId": "list_models",
                            "summary": "the models (and route names) the key may use",
                            "responses": _ok("ModelList")}},

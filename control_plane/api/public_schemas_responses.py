@@ -73,6 +73,15 @@ SCHEMAS: dict[str, Any] = {
             "metadata": {"type": ["object", "null"]},
             "store": {"type": "boolean"},
         }},
+    "ResponseDeleted": {
+        "type": "object", "required": ["id", "object", "deleted"], "properties": {
+            "id": {"type": "string"}, "object": {"const": "response.deleted"},
+            "deleted": {"const": True}}},
+    "ResponseInputItems": {
+        "type": "object", "required": ["object", "data"], "properties": {
+            "object": {"const": "list"}, "data": {"type": "array", "items": _ITEM},
+            "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
+            "has_more": {"type": "boolean"}}},
     "ResponseStreamEvent": {
         "type": "object", "required": ["type", "sequence_number"],
         "description": "one `event: <type>` / `data: <json>` event: response.created, "

@@ -11,7 +11,7 @@ vendors ``asr-json``, ``asr-raw`` in ``control_plane/demo/media.py``):
 - ``anthropic``: Anthropic's ``POST /v1/messages`` (plain and SSE streaming, tool use;
   ``control_plane/demo/anthropic_messages.py``).
 - ``openai_responses``: the OpenAI Responses API natively (``POST /v1/responses``,
-  ``GET /v1/responses/{id}``: ``control_plane/demo/openai_responses.py``).
+  a kept response's ``/v1/responses/{id}`` paths: ``control_plane/demo/openai_responses.py``).
 - ``predict``: ``POST /v1/models/{model}/predict`` (KServe-v1 style) and
   ``GET /v1/models/{model}``. Predictions are derived deterministically from
   ``instances`` (or ``input``).
@@ -283,10 +283,7 @@ class DemoHandler(BaseHTTPRequestHandler):
                     "has_more": False, "first_id": self.server.name,
                     "last_id": self.server.name})
             return
-        kept = openai_responses.GET_PATH.match(path)
-        if self.server.protocol == "openai_responses" and kept:
-            if not self._injected_fault(inference=False):
-                openai_responses.get(self, kept.group(1))
+        if self._kept_response("GET", path):
             return
         match = MODEL_PATH.match(path)
         if self.server.protocol == "predict" and match:
@@ -295,9 +292,25 @@ class DemoHandler(BaseHTTPRequestHandler):
             return
         self._send_error(404, f"no route for GET {path}")
 
+    def _kept_response(self, method: str, path: str) -> bool:
+        """openai_responses: a kept response's paths (openai_responses.route)."""
+        if self.server.protocol != "openai_responses" \
+                or not openai_responses.KEPT_PATH.match(path):
+            return False
+        self._read_body()   # (a cancel's empty body) drained: the connection stays usable
+        if not self._injected_fault(inference=False):
+            openai_responses.route(self, method, path)
+        return True
+
+    def do_DELETE(self):
+        if not self._kept_response("DELETE", self.path.split("?", 1)[0]):
+            self._send_error(404, f"no route for DELETE {self.path}")
+
     def do_POST(self):
         path = self.path.split("?", 1)[0]
         if readiness.handle_post(self, path):
+            return
+        if self._kept_response("POST", path):
             return
         if path.startswith("/demo/release/"):
             self._read_body()

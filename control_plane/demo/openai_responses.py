@@ -7,7 +7,15 @@ every tool``: each, in parallel), and a last ``function_call_output`` is answere
 ``"tool said: <output>"``. Plain JSON, or with ``"stream": true`` Responses' semantic
 events in the documented order. Responses are kept in memory unless ``"store":
 false``; ``previous_response_id`` continues a kept one (its input and output come
-before this input) and ``GET /v1/responses/{id}`` reads one back. Usage counts words.
+before this input). Usage counts words.
+
+A kept response is read back (``GET /v1/responses/{id}``), deleted (``DELETE``: ``{"id",
+"object": "response.deleted", "deleted": true}``), its input items listed (``GET
+/v1/responses/{id}/input_items``: a list object, ``order`` ``desc`` by default,
+``limit`` 20; no ``after`` paging) and cancelled (``POST /v1/responses/{id}/cancel``).
+A ``"background": true`` request is answered at once with status ``queued`` and stays
+so (the demo runs nothing in the background) until cancelled: status ``cancelled``.
+Cancelling a response that is not a background one is a 400, as OpenAI answers.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ from control_plane.demo import openai_chat
 from control_plane.demo.protocols import BadRequest
 
 PATH = "/v1/responses"
-GET_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_-]+)$")
+KEPT_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_-]+)(/input_items|/cancel)?$")
 WORD = re.compile(r"\S+\s*")
 KEPT_MAX = 1000   # responses kept in memory, oldest dropped first
 
@@ -116,9 +124,9 @@ def answer(body) -> tuple[dict, list]:
     return response, conversation
 
 
-def _keep(response: dict, conversation: list) -> None:
+def _keep(response: dict, conversation: list, items: list) -> None:
     with _lock:
-        _kept[response["id"]] = {**response, "_conversation": conversation}
+        _kept[response["id"]] = {**response, "_conversation": conversation, "_input": items}
         while len(_kept) > KEPT_MAX:
             _kept.pop(next(iter(_kept)))
 
@@ -126,22 +134,74 @@ def _keep(response: dict, conversation: list) -> None:
 def create(handler, _match, body) -> None:
     """POST /v1/responses: one JSON answer, or Responses' stream events."""
     response, conversation = answer(body)
+    if body.get("background") is True:
+        response.update(status="queued", background=True, store=True)
     if response["store"]:
-        _keep(response, conversation)
-    if body.get("stream") is True:
+        _keep(response, conversation, _input(body))
+    if body.get("stream") is True and not response.get("background"):
         _stream(handler, response)
         return
     handler._send_json(200, response)
 
 
-def get(handler, rid: str) -> None:
-    """GET /v1/responses/{id}: a kept response, or 404."""
+def route(handler, method: str, path: str) -> bool:
+    """A kept response's paths: True when `path` was one (and was answered)."""
+    match = KEPT_PATH.match(path)
+    if match is None:
+        return False
+    rid, rest = match.group(1), match.group(2)
     with _lock:
         kept = _kept.get(rid)
+        if kept is not None and method == "DELETE" and rest is None:
+            del _kept[rid]
+        if kept is not None and method == "POST" and rest == "/cancel" \
+                and kept.get("background"):
+            kept["status"] = "cancelled"
     if kept is None:
         handler._send_error(404, f"No response found with id '{rid}'.")
-        return
-    handler._send_json(200, {k: v for k, v in kept.items() if k != "_conversation"})
+    elif method == "DELETE" and rest is None:
+        handler._send_json(200, {"id": rid, "object": "response.deleted", "deleted": True})
+    elif method == "GET" and rest == "/input_items":
+        handler._send_json(200, _input_items(kept["_input"], handler.path.partition("?")[2]))
+    elif method == "POST" and rest == "/cancel":
+        if not kept.get("background"):
+            handler._send_error(400, "Only responses created with background=true can be"
+                                     " cancelled.")
+        else:
+            handler._send_json(200, _public(kept))
+    elif method == "GET" and rest is None:
+        handler._send_json(200, _public(kept))
+    else:
+        handler._send_error(405, f"{method} is not allowed on {path}")
+    return True
+
+
+def _public(kept: dict) -> dict:
+    return {k: v for k, v in kept.items() if not k.startswith("_")}
+
+
+def _input_items(items: list, query: str) -> dict:
+    """The list object of a response's input items (ids given as the demo kept them)."""
+    args = dict(part.partition("=")[::2] for part in query.split("&") if part)
+    data = []
+    for n, item in enumerate(items):
+        item = {"id": item.get("id") or f"item_{n}", "type": "message", **item}
+        if item["type"] == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                content = [{"type": "input_text", "text": content}]
+            item.update(content=content, status="completed")
+        data.append(item)
+    if args.get("order", "desc") == "desc":
+        data.reverse()
+    try:
+        limit = max(1, min(100, int(args.get("limit", "20"))))
+    except ValueError:
+        raise BadRequest("'limit' must be an integer") from None
+    page = data[:limit]
+    return {"object": "list", "data": page, "has_more": len(data) > limit,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None}
 
 
 def events(response: dict) -> list[dict]:

@@ -72,7 +72,7 @@ function _M.native_path(endpoint, model_name)
     if name == "embeddings" then return "/v1/embeddings" end
     if name == "messages" then return "/v1/messages" end
     if name == "responses" then return "/v1/responses" end
-    if name == "response_get" then return ngx.var.uri end   -- its id: [A-Za-z0-9_-]
+    if endpoint.stored then return ngx.var.uri end   -- a kept response's: [A-Za-z0-9_/-]
     if name == "v2_infer" then return "/v2/models/" .. escape_uri(model_name) .. "/infer" end
     return "/v1/models/" .. escape_uri(model_name) .. "/predict"
 end

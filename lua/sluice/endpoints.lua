@@ -16,7 +16,9 @@
 --   POST /v1/responses                  openai     chat        model in body (the
 --                                       Responses API: adapters/responses.lua)
 --   GET  /v1/models[/{model}]           the models the key may use
---   GET  /v1/responses/{id}             a response a Responses backend kept (stored.lua)
+--   GET, DELETE /v1/responses/{id}      a response a Responses backend kept (stored.lua),
+--   GET  /v1/responses/{id}/input_items read back, deleted, its input items listed,
+--   POST /v1/responses/{id}/cancel      cancelled: through that backend unchanged
 --   POST /v1/predict                    unified    predict     model in body (envelope)
 --   POST /api/v1/model/{model}/infer    infer      predict     model in path
 --   POST /v1/models/{model}/predict     predict    predict     model in path (KServe v1)
@@ -75,9 +77,20 @@ local BY_PATTERN = {
         model_in_path = true } },
     { [[^/api/v1/model/([^/]+)/infer\z]],
       { name = "infer", caller = "infer", kind = "predict", model_in_path = true } },
-    -- a kept response, read back (sluice.stored): its id, not a model, in the path
+    -- a kept response (sluice.stored): its id, not a model, in the path. A path that
+    -- several methods take: the endpoint per method, and `method` the Allow header's
+    -- value, which no request method equals (match answers 405, as jobs.lua's paths)
     { [[^/v1/responses/([A-Za-z0-9_-]+)\z]],
-      { name = "response_get", caller = "openai", method = "GET", stored = true,
+      { method = "GET, DELETE",
+        GET = { name = "response_get", caller = "openai", method = "GET", stored = true,
+                native = "openai_responses" },
+        DELETE = { name = "response_delete", caller = "openai", method = "DELETE",
+                   stored = true, native = "openai_responses" } } },
+    { [[^/v1/responses/([A-Za-z0-9_-]+)/input_items\z]],
+      { name = "response_input_items", caller = "openai", method = "GET", stored = true,
+        native = "openai_responses" } },
+    { [[^/v1/responses/([A-Za-z0-9_-]+)/cancel\z]],
+      { name = "response_cancel", caller = "openai", stored = true,
         native = "openai_responses" } },
     { [[^/v1/models/([^/]+)\z]],
       { name = "model", method = "GET", model_in_path = true } },
@@ -98,22 +111,24 @@ function _M.match(ctx)
         uri = ngx_var.uri
     end
     req.uri = uri
+    local asked = ngx_req.get_method()
     local endpoint, model = BY_PATH[uri], nil
     if not endpoint then
         for i = 1, #BY_PATTERN do
             local m = re_match(uri, BY_PATTERN[i][1], "jo")
             if m then
-                endpoint, model = BY_PATTERN[i][2], m[1]
+                local found = BY_PATTERN[i][2]
+                endpoint, model = found[asked] or found, m[1]   -- (per method: see above)
                 break
             end
         end
     end
-    endpoint = endpoint or jobs.endpoint(uri, ngx_req.get_method())   -- jobs, files, batches
+    endpoint = endpoint or jobs.endpoint(uri, asked)   -- jobs, files, batches
     if not endpoint then
         return 404, "not_found", "no endpoint at " .. uri
     end
     local method = endpoint.method or "POST"
-    if ngx_req.get_method() ~= method then
+    if asked ~= method then
         ngx.header["Allow"] = method
         return 405, "method_not_allowed", uri .. " only accepts " .. method
     end

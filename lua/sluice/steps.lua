@@ -104,10 +104,16 @@ local function refuse_malformed(endpoint, doc, model, len)
            why, { param = param }
 end
 
--- GET /v1/responses/{id}: through a backend of the model that keeps it (sluice.stored),
--- unchanged; nothing counted (no tokens spent).
+-- A kept response (GET, DELETE /v1/responses/{id}, …/input_items, …/cancel): through a
+-- backend of the model that keeps it (sluice.stored), unchanged. Counted by the
+-- consumer's plan as any request of that model (rate, concurrency, request quotas; not
+-- the token quota: nothing is generated).
 function _M.read_stored(ctx, snap, consumer, endpoint)
     local status, err_type, msg, extra, model_name = stored.model(snap, consumer)
+    if status then
+        return status, err_type, msg, extra
+    end
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name, false)
     if status then
         return status, err_type, msg, extra
     end
@@ -157,7 +163,7 @@ function _M.admit(ctx)
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end
 
-    if endpoint.stored then   -- GET /v1/responses/{id}
+    if endpoint.stored then   -- /v1/responses/{id}[/…]: a kept response
         return _M.read_stored(ctx, snap, consumer, endpoint)
     end
     if endpoint.method == "GET" then

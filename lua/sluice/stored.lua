@@ -1,5 +1,6 @@
--- GET /v1/responses/{id}: a response kept by a backend that speaks the Responses API
--- natively (protocol openai_responses), read back through it unchanged. The path
+-- GET, DELETE /v1/responses/{id}, GET …/input_items, POST …/cancel: a response kept by
+-- a backend that speaks the Responses API natively (protocol openai_responses), read
+-- back, deleted, listed or cancelled through it unchanged. The path
 -- names no model, so the model is the `model` query parameter when given, else the
 -- only model the key may use whose backends speak Responses; else a 400 naming
 -- `model`. A converted backend keeps no responses (adapters/responses.lua answers

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import requests
 from gateway_readings import access_lines
 
 from control_plane.runtime import procs
@@ -141,16 +142,86 @@ def test_a_kept_response_reads_back_through_its_backend(client, gateway):
     assert e.value.body["type"] == "not_found_error"   # the backend's own type, kept
 
 
-def test_reading_back_needs_a_model_that_keeps_responses(gateway, helpers, backends):
+def test_a_kept_response_is_listed_cancelled_and_deleted_through_its_backend(client):
+    first = client.responses.create(model="resp-demo", input=[
+        {"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    items = client.responses.input_items.list(first.id)   # newest first, as OpenAI lists
+    assert [(i.role, i.content[0].text) for i in items.data] == [("user", "two"), ("user", "one")]
+    page = client.responses.input_items.list(first.id, order="asc", limit=1,
+                                             extra_query={"model": "resp-demo"})
+    assert [i.content[0].text for i in page.data] == ["one"] and page.has_more
+    # only a background response can be cancelled (the backend's 400, passed on)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(first.id)
+    queued = client.responses.create(model="resp-demo", input="later", background=True)
+    assert queued.status == "queued"
+    assert client.responses.cancel(queued.id).status == "cancelled"
+    assert client.responses.retrieve(queued.id).status == "cancelled"
+    gone = json.loads(client.responses.with_raw_response.delete(first.id).text)
+    assert gone == {"id": first.id, "object": "response.deleted", "deleted": True}
+    assert client.responses.delete(queued.id) is None   # the client's own reading of it
+    for rid in (first.id, queued.id):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(rid)
+
+
+def test_a_kept_responses_path_takes_only_its_methods(client, gateway, helpers):
+    r = requests.put(gateway.url + "/v1/responses/resp_1", timeout=10,
+                     headers={"Authorization": f"Bearer {helpers.KEY}"})
+    helpers.assert_error(r, 405, "method_not_allowed")
+    assert r.headers["Allow"] == "GET, DELETE"
+    r = requests.get(gateway.url + "/v1/responses/resp_1/cancel", timeout=10,
+                     headers={"Authorization": f"Bearer {helpers.KEY}"})
+    assert (r.status_code, r.headers["Allow"]) == (405, "POST")
+
+
+def _every_kept_call(c, rid, **kw):
+    """Each of a kept response's calls through client `c`, as thunks."""
+    return (lambda: c.responses.retrieve(rid, **kw),
+            lambda: c.responses.delete(rid, **kw),
+            lambda: c.responses.input_items.list(rid, **kw),
+            lambda: c.responses.cancel(rid, **kw))
+
+
+def test_reading_back_needs_a_model_that_keeps_responses(gateway, helpers, backends,
+                                                         responses_backend):
     r = gateway.push(helpers.make_snapshot(1, {
         "chat-demo": (5000, [backends["openai-a"].entry(1)])}))
     assert r.status_code == 200, r.text
     c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=helpers.KEY, max_retries=0)
-    with pytest.raises(openai.NotFoundError):
-        c.responses.retrieve("resp_1")
-    with pytest.raises(openai.BadRequestError) as e:
-        c.responses.retrieve("resp_1", extra_query={"model": "chat-demo"})
-    assert e.value.body["param"] == "model"
+    for call in _every_kept_call(c, "resp_1"):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    for call in _every_kept_call(c, "resp_1", extra_query={"model": "chat-demo"}):
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        assert e.value.body["param"] == "model"
+    r = gateway.push(helpers.make_snapshot(1, {"resp-x": (5000, [responses_backend]),
+                                               "resp-y": (5000, [responses_backend])}))
+    assert r.status_code == 200, r.text
+    for call in _every_kept_call(c, "resp_1"):   # two models keep responses: which?
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        assert e.value.body["param"] == "model"
+
+
+def test_a_kept_responses_calls_count_as_requests_of_the_consumer(
+        gateway, helpers, responses_backend):
+    key = "sk-test-respb-limits-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {"resp-limited": (5000, [responses_backend])})
+    helpers.add_planned(snap, key, {"daily_requests": 3}, consumer_id=4)
+    for k in snap["keys"].values():
+        if k["consumer_id"] == 4:
+            k["id"] = 24   # counters of its own (they are kept per key)
+    assert gateway.push(snap).status_code == 200
+    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    first = c.responses.create(model="resp-limited", input="count me")   # 1 of 3
+    assert c.responses.retrieve(first.id).id == first.id                # 2
+    assert c.responses.input_items.list(first.id).data                  # 3
+    for call in _every_kept_call(c, first.id):
+        with pytest.raises(openai.RateLimitError) as e:
+            call()
+        assert "daily request quota" in e.value.message
 
 
 @pytest.mark.parametrize("stream", [False, True])
