@@ -116,6 +116,9 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     local path, body
     path, body, param = backend.request(ireq, pool, model_name)
     if not path then
+        if param and caller.own_param then   -- the caller's name for the field
+            param, body = caller.own_param(param, body)
+        end
         return 400, invalid, body, param and { param = param }
     end
     local raw, eerr = cjson.encode(body)

@@ -22,6 +22,7 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set
 from control_plane.runtime import procs
 
 from backend_http import Backend as HttpBackend, served as serve_http
+from tool_backend import PIECE, ToolModel
 
 REPO = Path(__file__).resolve().parents[2]
 BACKEND_KEY = "sk-ant-backend-abcdef"
@@ -96,6 +97,13 @@ def scripted():
         yield port
 
 
+@pytest.fixture(scope="module")
+def split_tools():
+    """tool_backend.py: arguments in PIECE-character deltas, parallel calls interleaved."""
+    with serve_http(ToolModel) as port:
+        yield port
+
+
 def entry(id, name, protocol, port, **over):
     return {"id": id, "name": name, "protocol": protocol, "scheme": "http",
             "host": "127.0.0.1", "port": port, "host_header": f"localhost:{port}",
@@ -103,13 +111,14 @@ def entry(id, name, protocol, port, **over):
 
 
 @pytest.fixture
-def gw(gateway, helpers, backends, anthropic_backend, scripted):
+def gw(gateway, helpers, backends, anthropic_backend, scripted, split_tools):
     snap = helpers.make_snapshot(1, {
         "claude": (5000, [entry(1, "claude-b", "anthropic", anthropic_backend,
                                 auth_header="Bearer " + BACKEND_KEY)]),
         "claude-usage": (5000, [entry(2, "claude-b", "anthropic", anthropic_backend)]),
         "tools-chat": (5000, [entry(3, "scripted", "openai", scripted)]),
         "kv1": (5000, [backends["predict-a"].entry(4)]),
+        "tools-split": (5000, [entry(5, "tools", "openai", split_tools)]),
     })
     snap["models"]["claude"]["max_output_tokens"] = 64
     snap["consumers"]["1"]["plan_id"] = 7      # alice on a plan: usage counted
@@ -262,6 +271,44 @@ def test_anthropic_caller_gets_an_error_for_broken_tool_arguments(claude_client,
         else:
             claude_client.messages.create(**kw)
     assert "not a JSON object" in str(exc.value)
+
+
+def deltas_by_block(events):
+    out = {}
+    for e in events:
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta":
+            out.setdefault(e.index, []).append(e.delta.partial_json)
+    return out
+
+
+def test_anthropic_caller_gets_tool_arguments_as_they_stream(claude_client):
+    """One input_json_delta per backend delta; parallel calls whose deltas interleave:
+    the first streams, the held one comes in one delta once the first is complete."""
+    lookup = A_TOOLS[0]
+    clock = {"name": "clock", "input_schema": lookup["input_schema"]}
+    with claude_client.messages.stream(model="tools-split", max_tokens=30, tools=[lookup],
+                                       messages=[{"role": "user",
+                                                  "content": "use a tool rain in Oslo"}]) as s:
+        events = list(s)
+        final = s.get_final_message()
+    args = json.dumps({"query": "rain in Oslo"})
+    [pieces] = deltas_by_block(events).values()
+    assert pieces == [args[at:at + PIECE] for at in range(0, len(args), PIECE)], pieces
+    assert [b.input for b in final.content] == [{"query": "rain in Oslo"}]
+    with claude_client.messages.stream(model="tools-split", max_tokens=30,
+                                       tools=[lookup, clock],
+                                       messages=[{"role": "user",
+                                                  "content": "use tools in Bergen"}]) as s:
+        events = list(s)
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert [(b.name, b.input) for b in final.content] == [
+        ("lookup", {"query": "in Bergen", "n": 0}), ("clock", {"query": "in Bergen", "n": 1})]
+    first, second = deltas_by_block(events).values()
+    assert len(first) > 2 and all(len(p) <= PIECE for p in first), first
+    # held while the first was incomplete: what it had then in one delta, then the rest
+    assert len(second[0]) > PIECE and all(len(p) <= PIECE for p in second[1:]), second
+    assert json.loads("".join(second)) == {"query": "in Bergen", "n": 1}
 
 
 def test_usage_is_counted_once(gw, oai, claude_client):

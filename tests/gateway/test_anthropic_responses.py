@@ -135,6 +135,11 @@ def test_anthropic_caller_streams_a_tool_call_from_a_responses_backend(claude):
     assert uses[0].input == {"query": "rome weather"}
     names = [e.type for e in events]
     assert names[0] == "message_start" and "content_block_start" in names
+    # the demo streams the arguments in two pieces: one input_json_delta each, as
+    # Anthropic streams them
+    pieces = [e.delta.partial_json for e in events if e.type == "content_block_delta"
+              and e.delta.type == "input_json_delta"]
+    assert len(pieces) == 2 and json.loads("".join(pieces)) == {"query": "rome weather"}, pieces
     with claude.messages.stream(model="resp", max_tokens=100,
                                 messages=[{"role": "user", "content": "one two"}]) as s:
         text = "".join(s.text_stream)
@@ -146,3 +151,10 @@ def test_what_a_responses_backend_has_no_place_for_is_named(claude):
         claude.messages.create(model="resp", max_tokens=10, top_k=5,
                                messages=[{"role": "user", "content": "hi"}])
     assert e.value.body["error"]["param"] == "top_k", e.value.body
+    # named as the caller knows it, not as the chat form the conversion goes through
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="resp", max_tokens=10, stop_sequences=["END"],
+                               messages=[{"role": "user", "content": "hi"}])
+    err = e.value.body["error"]
+    assert err["param"] == "stop_sequences", e.value.body
+    assert err["message"].startswith("stop_sequences cannot be sent"), err

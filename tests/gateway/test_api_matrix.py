@@ -203,7 +203,7 @@ REFUSED = [
     ("responses", "openai", EARLIER, "previous_response_id", True),
     ("responses", "anthropic", EARLIER, "previous_response_id", True),
     ("responses", "gemini", EARLIER, "previous_response_id", True),
-    ("messages", "openai_responses", {"stop_sequences": ["END"]}, "stop", False),  # "named stop"
+    ("messages", "openai_responses", {"stop_sequences": ["END"]}, "stop_sequences", False),
     ("messages", "openai_responses", {"top_k": 5}, "top_k", False),
     ("chat", "openai_responses", {"stop": ["END"]}, "stop", False),
     ("chat", "anthropic", {"n": 2}, "n", False),

@@ -61,6 +61,22 @@ function _M.decode(endpoint, doc, model)
              stream = doc.stream == true, include_usage = true, meta = {} }
 end
 
+-- A backend's refusal names a chat-form field: the caller's own name for it, and the
+-- message with it (stop -> stop_sequences; the same names are kept).
+local OWN = { stop = "stop_sequences", user = "metadata.user_id",
+              parallel_tool_calls = "tool_choice" }
+
+function _M.own_param(param, msg)
+    local own = OWN[param]
+    if not own then
+        return param, msg
+    end
+    if type(msg) == "string" and msg:sub(1, #param + 1) == param .. " " then
+        msg = own .. msg:sub(#param + 1)
+    end
+    return own, msg
+end
+
 -- Internal response -> caller body, or nil, message (a tool call whose arguments do
 -- not parse: the answer cannot be converted).
 function _M.respond(ireq, ires)

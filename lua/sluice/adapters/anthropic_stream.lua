@@ -6,10 +6,13 @@
 -- client reads: message_start, then per content block content_block_start,
 -- content_block_delta (text_delta, input_json_delta), content_block_stop;
 -- message_delta (stop_reason, usage), message_stop. A failure after the 200 is an
--- `error` event. A tool call's arguments are sent in one input_json_delta when its
--- block closes, once they parse as a JSON object: a backend's broken arguments
--- become an error event, never a half-parsed input in the client. Arguments of a
--- tool call whose block has closed (parallel calls interleaved) are refused the same way.
+-- `error` event. A tool call's arguments go out as they come, one input_json_delta
+-- per backend delta; when its block closes they must parse as a JSON object, or the
+-- stream ends with an error event. Blocks are sequential: a call that starts while
+-- another's arguments are still incomplete (parallel calls interleaved) is held, its
+-- arguments buffered, and sent in one checked input_json_delta once the open call's
+-- arguments are complete or the stream ends. More arguments for a call whose block
+-- has closed cannot be placed: an error event.
 --
 -- Backend side (events): an `anthropic` backend's events into internal events, its
 -- tool arguments checked the same way when their block stops. State rides in the
@@ -21,6 +24,7 @@ local ngx = ngx
 local type = type
 local tostring = tostring
 local concat = table.concat
+local remove = table.remove
 
 local encode = cjson.encode
 local decode = cjson.decode
@@ -52,7 +56,19 @@ local function args_ok(args)
     return args
 end
 
--- Close the open block: a tool block's arguments go out now, checked.
+-- Whether a call's arguments so far are a whole JSON object (nothing may follow).
+local function complete(pieces)
+    local args = concat(pieces)
+    return args ~= "" and args_ok(args) ~= nil
+end
+
+local function delta(out, index, piece)
+    out[#out + 1] = event("content_block_delta", {
+        type = "content_block_delta", index = index,
+        delta = { type = "input_json_delta", partial_json = piece } })
+end
+
+-- Close the open block: a tool block's arguments checked (`{}` sent when none came).
 local function close(s, out)
     local open = s.open
     if not open then
@@ -64,9 +80,9 @@ local function close(s, out)
         if not args then
             return nil, "the backend streamed tool arguments that are not a JSON object"
         end
-        out[#out + 1] = event("content_block_delta", {
-            type = "content_block_delta", index = open,
-            delta = { type = "input_json_delta", partial_json = args } })
+        if not s.sent then
+            delta(out, open, args)
+        end
     end
     out[#out + 1] = event("content_block_stop", { type = "content_block_stop", index = open })
     return true
@@ -84,13 +100,80 @@ local function open_block(s, kind, block, out)
     return true
 end
 
+-- Open call `c`'s tool block; the arguments it has so far go out in one delta.
+local function open_call(s, c, out)
+    local ok, err = open_block(s, "tool", { type = "tool_use", id = c.id or ("call_" .. c.k),
+                                            name = c.name or "", input = {} }, out)
+    if not ok then
+        return nil, err
+    end
+    s.tools[c.k] = s.n
+    s.args = c.args
+    s.calls = true
+    local args = concat(c.args)
+    s.sent = args ~= ""
+    if s.sent then
+        delta(out, s.n, args)
+    end
+    return true
+end
+
+-- The held calls, in order, while the open one is complete.
+local function promote(s, out)
+    local held = s.held
+    while held[1] and (s.kind ~= "tool" or not s.open or complete(s.args)) do
+        local c = remove(held, 1)
+        s.holding[c.k] = nil
+        local ok, err = open_call(s, c, out)
+        if not ok then
+            return nil, err
+        end
+    end
+    return true
+end
+
+local function call_event(s, ev, out)
+    local k = ev.call
+    local piece = type(ev.args) == "string" and ev.args or ""
+    local at = s.tools[k]
+    if at then
+        if at == s.open then
+            s.args[#s.args + 1] = piece
+            if piece ~= "" then
+                s.sent = true
+                delta(out, at, piece)
+            end
+            if s.held[1] then
+                return promote(s, out)
+            end
+            return true
+        end
+        if piece:find("%S") then
+            return nil, "the backend interleaved the arguments of parallel tool calls"
+        end
+        return true
+    end
+    local c = s.holding[k]
+    if c then
+        c.args[#c.args + 1] = piece
+        return true
+    end
+    c = { k = k, id = ev.id, name = ev.name, args = { piece } }
+    if s.kind == "tool" and s.open and not complete(s.args) then
+        s.holding[k] = c   -- the open call is not done: held until it is
+        s.held[#s.held + 1] = c
+        return true
+    end
+    return open_call(s, c, out)
+end
+
 local function message_id()
     return "msg_" .. (ngx.var.sl_id or "")
 end
 _M.message_id = message_id
 
 function _M.start(conv)
-    conv.anthropic = { n = -1, tools = {}, texts = {} }
+    conv.anthropic = { n = -1, tools = {}, texts = {}, held = {}, holding = {} }
     return message_start(conv.ireq, message_id())
 end
 
@@ -112,21 +195,8 @@ function _M.event(conv, ev)
             type = "content_block_delta", index = s.open,
             delta = { type = "text_delta", text = text } })
     elseif ev.call then
-        local k = ev.call
-        if not s.tools[k] then
-            local ok, err = open_block(s, "tool", { type = "tool_use", id = ev.id or ("call_" .. k),
-                                                    name = ev.name or "", input = {} }, out)
-            if not ok then return nil, err end
-            s.tools[k] = s.n
-            s.args = {}
-            s.calls = true
-        end
-        if s.tools[k] ~= s.open then
-            return nil, "the backend interleaved the arguments of parallel tool calls"
-        end
-        if type(ev.args) == "string" then
-            s.args[#s.args + 1] = ev.args
-        end
+        local ok, err = call_event(s, ev, out)
+        if not ok then return nil, err end
     elseif ev.finish then
         s.finish = ev.finish
     elseif ev.usage then
@@ -141,6 +211,12 @@ function _M.finish(conv)
     local s = conv.anthropic
     local out = {}
     local ok, err = close(s, out)
+    if ok then
+        ok, err = promote(s, out)   -- held calls, each in one checked delta
+    end
+    if ok then
+        ok, err = close(s, out)
+    end
     if not ok then
         return nil, err
     end

@@ -205,12 +205,14 @@ function T.internal_events_become_anthropic_events()
     for i, e in ipairs(got) do names[i] = e.name end
     same(names, { "message_start", "content_block_start", "content_block_delta",
                   "content_block_delta", "content_block_stop", "content_block_start",
-                  "content_block_delta", "content_block_stop", "message_delta",
-                  "message_stop" }, "order")
+                  "content_block_delta", "content_block_delta", "content_block_stop",
+                  "message_delta", "message_stop" }, "order")
     assert(got[6].data.content_block.type == "tool_use" and got[6].data.index == 1)
-    assert(got[7].data.delta.partial_json == '{"a":1}')
-    assert(got[9].data.delta.stop_reason == "tool_use")
-    same(got[9].data.usage, { input_tokens = 3, output_tokens = 4 })
+    -- one input_json_delta per backend delta, as Anthropic streams them
+    assert(got[7].data.delta.partial_json == '{"a"', got[7].data.delta.partial_json)
+    assert(got[8].data.delta.partial_json == ":1}" and got[8].data.index == 1)
+    assert(got[10].data.delta.stop_reason == "tool_use")
+    same(got[10].data.usage, { input_tokens = 3, output_tokens = 4 })
 end
 
 function T.parallel_tool_calls_stream_as_blocks_of_their_own()
@@ -224,10 +226,29 @@ function T.parallel_tool_calls_stream_as_blocks_of_their_own()
         end
     end
     same(starts, { "0a", "1b" }, "blocks")
+    -- interleaved (both heads first, then the pieces in turn): call 0 streams, call 1
+    -- is held and sent in one delta once call 0's arguments are complete
+    got = events(assert(emit(conv_of(), {
+        { call = 0, id = "a", name = "f", args = "" }, { call = 1, id = "b", name = "g", args = "" },
+        { call = 0, args = '{"q":' }, { call = 1, args = '{"r":' }, { call = 0, args = "1}" },
+        { call = 1, args = "2}" } })))
+    local seen = {}
+    for _, e in ipairs(got) do
+        local d = e.data
+        if e.name == "content_block_start" then
+            seen[#seen + 1] = "start " .. d.index .. d.content_block.id
+        elseif e.name == "content_block_delta" then
+            seen[#seen + 1] = d.index .. " " .. d.delta.partial_json
+        elseif e.name == "content_block_stop" then
+            seen[#seen + 1] = "stop " .. d.index
+        end
+    end
+    same(seen, { "start 0a", '0 {"q":', "0 1}", "stop 0", "start 1b", '1 {"r":', "1 2}",
+                 "stop 1" }, "interleaved calls")
     -- a delta for a call whose block has closed cannot be placed
     local _, err = emit(conv_of(), { { call = 0, id = "a", name = "f", args = "{}" },
                                      { call = 1, id = "b", name = "g", args = "{}" },
-                                     { call = 0, args = " " } })
+                                     { call = 0, args = " " }, { call = 0, args = "x" } })
     assert(err and err:find("interleaved", 1, true), err)
     -- an anthropic backend's two tool_use blocks: calls 0 and 1
     local bconv = {}
