@@ -30,7 +30,8 @@ def test_plan_crud_and_snapshot(api, make):
         "models": {"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}},
         "priority": "standard", "priority_header": False,
         "queue_timeout_ms": 2000,   # the standard class's wait (the plan sets none)
-        "buffer_at_peak": False}}
+        "buffer_at_peak": False,
+        "realtime_sessions": None, "realtime_session_s": None}}   # no realtime caps
     assert snap["consumers"][str(consumer["id"])]["plan_id"] == plan["id"]
 
     # a plan in use cannot go; once free it can

@@ -21,6 +21,7 @@ import requests
 from up_run import REPO, ours, start_up, stop_up, wait_info
 from waiting import eventually
 
+from control_plane.demo import fleet
 from control_plane.runtime import procs
 
 # model -> how many client threads call it without pause
@@ -47,7 +48,7 @@ def children(up: subprocess.Popen, var: Path) -> dict[str, int]:
         except (OSError, IndexError):
             continue
         line = " ".join(argv)
-        if "control_plane.demo.backends" in line:
+        if "control_plane.demo." in line and "--name" in argv:   # backends, realtime
             found[argv[argv.index("--name") + 1]] = int(d.name)
         elif "gunicorn" in line:
             found["api"] = int(d.name)
@@ -194,10 +195,11 @@ def test_each_child_killed_under_load_is_restarted_alone(var):
         internal = {"Authorization": f"Bearer {info['gateway_token']}"}
         served = info["metrics_url"].replace("/metrics", "/internal/snapshot")
         started = children(up, var)
+        # the services and every demo backend of the fleet (control_plane/demo/fleet.py)
         assert set(started) == {"postgres", "api", "controller", "gateway", "worker", "rabbitmq",
-                                "chat-demo-a", "chat-demo-b", "chat-canary-a",
-                                "chat-slow-a", "sentiment-demo-a", "claude-demo-a",
-                                "responses-demo-a"}, started
+                                *(b["name"] for b in fleet.DEMO_BACKENDS)}, started
+        assert {"chat-demo-a", "chat-canary-a", "claude-demo-a",
+                "realtime-demo-a", "asr-demo-openai"} <= set(started)
         load = Load(info)
         load.start()
         eventually(lambda: all(ok >= 20 for ok, _ in load.peek().values()), timeout=30)
