@@ -18,19 +18,14 @@
 -- 1..128, stop a string or up to 4 strings, stream true or false. JSON null is
 -- taken as absent, as OpenAI takes it.
 --
--- Pure Lua (cjson only): tests/lua/test_strict.lua runs it under plain luajit.
-local cjson = require("cjson.safe")
+-- Pure Lua (sluice.json_values): tests/lua/test_strict.lua runs it under plain luajit.
 local strict_responses = require("sluice.strict_responses")
 local strict_anthropic = require("sluice.strict_anthropic")
 
 local type = type
-local floor = math.floor
 local ipairs = ipairs
-local next = next
 local str_find = string.find
 
-local NULL = cjson.null
-local HUGE = math.huge
 
 local DEFAULT_MAX_OUTPUT = 1048576   -- tokens, for a model without max_output_tokens
 local MAX_N = 128
@@ -45,43 +40,11 @@ local PART_NAMES = "text, image_url, input_audio, file, refusal"
 local TOKEN_FIELDS = { "max_tokens", "max_completion_tokens" }
 local ENVELOPE_STRINGS = { "model", "model_type", "request_id" }
 
+local jv = require("sluice.json_values")
+local absent, is_int, is_array, is_object = jv.absent, jv.is_int, jv.is_array, jv.is_object
+local range = jv.range
+
 local _M = { DEFAULT_MAX_OUTPUT = DEFAULT_MAX_OUTPUT }
-
-local function absent(v)
-    return v == nil or v == NULL
-end
-
-local function is_number(v)
-    -- NaN and the infinities are no JSON numbers, but cjson can read them
-    return type(v) == "number" and v == v and v > -HUGE and v < HUGE
-end
-
-local function is_int(v)
-    return is_number(v) and floor(v) == v
-end
-
--- A JSON array, for what cjson decoded (cjson decodes [] and {} alike: an empty table
--- passes as both). cjson makes an array's keys 1..n without holes (null is
--- cjson.null, not nil) and an object's keys strings, so looking at [1] is exact --
--- and no loop: a loop per message inside the access phase's trace makes LuaJIT
--- abort that trace, and after a few aborts interpret the phase for good.
-local function is_array(v)
-    return type(v) == "table" and (v[1] ~= nil or next(v) == nil)
-end
-
-local function is_object(v)
-    return type(v) == "table" and v[1] == nil
-end
-
-local function range(doc, name, lo, hi, where)
-    local v = doc[name]
-    if absent(v) then
-        return nil
-    end
-    if not is_number(v) or v < lo or v > hi then
-        return where .. name, name .. " must be a number from " .. lo .. " to " .. hi
-    end
-end
 
 local function tokens(doc, name, limit, where)
     local v = doc[name]

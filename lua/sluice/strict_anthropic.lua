@@ -18,11 +18,9 @@ local cjson = require("cjson.safe")
 
 local type = type
 local floor = math.floor
-local next = next
 local str_find = string.find
 
 local NULL = cjson.null
-local HUGE = math.huge
 
 local MAX_IMAGE = 5 * 1024 * 1024   -- bytes of one image, as Anthropic's API allows
 local MAX_IMAGE_B64 = math.ceil(MAX_IMAGE / 3) * 4
@@ -35,31 +33,11 @@ local MEDIA = { ["image/jpeg"] = true, ["image/png"] = true, ["image/gif"] = tru
                 ["image/webp"] = true }
 local CHOICES = { auto = true, any = true, none = true, tool = true }
 
+local jv = require("sluice.json_values")
+local absent, is_number, is_array, is_object = jv.absent, jv.is_number, jv.is_array, jv.is_object
+local range = jv.range
+
 local _M = { MAX_IMAGE = MAX_IMAGE }
-
-local function absent(v)
-    return v == nil or v == NULL
-end
-
-local function is_number(v)
-    return type(v) == "number" and v == v and v > -HUGE and v < HUGE
-end
-
--- cjson decodes [] and {} alike: an empty table passes as both (see strict.lua)
-local function is_array(v)
-    return type(v) == "table" and (v[1] ~= nil or next(v) == nil)
-end
-
-local function is_object(v)
-    return type(v) == "table" and v[1] == nil
-end
-
-local function range(doc, name, lo, hi)
-    local v = doc[name]
-    if not absent(v) and (not is_number(v) or v < lo or v > hi) then
-        return name, name .. " must be a number from " .. lo .. " to " .. hi
-    end
-end
 
 local function image(b, at)
     local src = b.source

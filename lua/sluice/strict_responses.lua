@@ -17,18 +17,14 @@
 --   metadata         up to 16 string values, keys up to 64 characters
 --   text.format      text, json_object, or json_schema with a name and a schema
 --
--- JSON null is taken as absent. Pure Lua (cjson only): tests/lua/test_strict_responses.lua.
-local cjson = require("cjson.safe")
+-- JSON null is taken as absent. Pure Lua (sluice.json_values): tests/lua/test_strict_responses.lua.
 
 local type = type
 local floor = math.floor
-local next = next
 local pairs = pairs
 local ipairs = ipairs
 local str_find = string.find
 
-local NULL = cjson.null
-local HUGE = math.huge
 
 local ROLES = { user = true, assistant = true, system = true, developer = true }
 local PARTS = { input_text = "text", output_text = "text", input_image = true,
@@ -41,23 +37,11 @@ local BOOLEANS = { "stream", "store", "parallel_tool_calls", "background" }
 local STRINGS = { "instructions", "previous_response_id", "user", "safety_identifier" }
 local MAX_METADATA = 16
 
+local jv = require("sluice.json_values")
+local absent, is_number, is_array, is_object = jv.absent, jv.is_number, jv.is_array, jv.is_object
+local range = jv.range
+
 local _M = {}
-
-local function absent(v)
-    return v == nil or v == NULL
-end
-
-local function is_number(v)
-    return type(v) == "number" and v == v and v > -HUGE and v < HUGE
-end
-
-local function is_array(v)
-    return type(v) == "table" and (v[1] ~= nil or next(v) == nil)
-end
-
-local function is_object(v)
-    return type(v) == "table" and v[1] == nil
-end
 
 local function parts(c, where)
     if type(c) == "string" then
@@ -171,13 +155,6 @@ local function tools(list)
         end
     end
     return nil
-end
-
-local function range(doc, name, lo, hi)
-    local v = doc[name]
-    if not absent(v) and (not is_number(v) or v < lo or v > hi) then
-        return name, name .. " must be a number from " .. lo .. " to " .. hi
-    end
 end
 
 local function scalars(doc, limit)
