@@ -2,6 +2,7 @@
 werkzeug scrypt hashes; nothing here logs or returns a password."""
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import datetime, timedelta, timezone
@@ -19,8 +20,14 @@ USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_PASSWORD = 12
 MAX_PASSWORD = 256
 HASH_METHOD = "scrypt"
-# Checked when the username is unknown, so a wrong name costs as much as a wrong password.
-_DUMMY_HASH = generate_password_hash("not-a-password", method=HASH_METHOD)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked when the username is unknown, so a wrong name costs as much as a wrong
+    password. Made at the first login, not at import: every process that imports the
+    API (the CLI, each gunicorn worker) would otherwise pay one scrypt hash to start."""
+    return generate_password_hash("not-a-password", method=HASH_METHOD)
 
 
 def check_fields(username: str, password: str, role: str) -> dict[str, str]:
@@ -98,9 +105,9 @@ def authenticate(session: Session, username: str, password: str,
     user = find(session, username) if username else None
     now = datetime.now(timezone.utc)
     if user is not None and user.locked_until is not None and user.locked_until > now:
-        check_password_hash(_DUMMY_HASH, password or "")   # same cost as a real check
+        check_password_hash(_dummy_hash(), password or "")   # same cost as a real check
         raise Locked(max(1, math.ceil((user.locked_until - now).total_seconds())))
-    valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, password or "")
+    valid = check_password_hash(user.password_hash if user else _dummy_hash(), password or "")
     if user is not None and not valid:
         user.failed_logins = (user.failed_logins or 0) + 1
         if user.failed_logins >= max_attempts:
