@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Response, jsonify
 
-from control_plane.api import jobs_admin, observability, telemetry, usage
+from control_plane.api import jobs_admin, observability, telemetry, tokens, usage
 from control_plane.api.schemas import GATEWAY_REGISTRATION
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
@@ -47,7 +47,8 @@ _ID_PARAM = {"name": "id", "in": "path", "required": True,
              "schema": {"type": "integer", "minimum": 0}}
 
 
-_WHY = {401: "no admin token", 403: "a wrong admin token",
+_WHY = {401: "no admin token, or an expired or revoked one",
+        403: "a wrong token, or one beyond its scopes or role",
         409: "a name already taken, or still in use", 422: "invalid fields (see fields)",
         503: "database_unavailable: the database is unreachable (Retry-After)"}
 
@@ -196,6 +197,12 @@ _PRESET = _object(
     docs={"type": "string"})
 
 
+_TOKEN = {"type": "object", "required": sorted(tokens.TOKEN_SHOWN),
+          "additionalProperties": False, "properties": tokens.TOKEN_SHOWN}
+_TOKEN_CREATED = {**_TOKEN, "required": sorted(tokens.TOKEN_SHOWN) + ["token"],
+                  "properties": {**tokens.TOKEN_SHOWN, "token": {"type": "string"}}}
+
+
 def _other_paths() -> dict[str, Any]:
     p = API_PREFIX
     page = {"type": "object", "required": ["items"],
@@ -297,6 +304,19 @@ def _other_paths() -> dict[str, Any]:
             "tags": ["jobs"], "operationId": "resend_webhook_delivery",
             "summary": "deliver that delivery's job again (a new delivery)",
             "responses": _responses(201, _OBJECT, 404, 422)}},
+        p + "/tokens": {
+            **_get("tokens", "list_tokens", _object(items={"type": "array", "items": _TOKEN}),
+                   summary="the caller's personal API tokens (every user's with the "
+                           "bootstrap token)"),
+            "post": {"tags": ["tokens"], "operationId": "create_token",
+                     "summary": "a personal API token, shown this once (\"user\": with "
+                                "the bootstrap token only)",
+                     "requestBody": _json_request(_body(tokens.TOKEN_CREATE, partial=False)),
+                     "responses": _responses(201, _TOKEN_CREATED, 422)}},
+        p + "/tokens/{id}": {"parameters": [_ID_PARAM], "delete": {
+            "tags": ["tokens"], "operationId": "revoke_token",
+            "summary": "revoke one of the caller's tokens",
+            "responses": _responses(204, None, 404)}},
         OPENAPI_PATH: {"get": {"tags": ["meta"], "operationId": "openapi",
                                "summary": "this document (no token needed)",
                                "security": [],
@@ -322,7 +342,9 @@ def document() -> dict[str, Any]:
         "security": [{"adminToken": []}],
         "components": {"schemas": components, "securitySchemes": {
             "adminToken": {"type": "http", "scheme": "bearer",
-                           "description": "SLUICE_ADMIN_TOKEN"},
+                           "description": "a personal API token (POST /api/v1/tokens), or "
+                                          "the shared SLUICE_ADMIN_TOKEN while "
+                                          "SLUICE_ADMIN_TOKEN_ENABLED"},
             "gatewayToken": {"type": "http", "scheme": "bearer",
                              "description": "SLUICE_GATEWAY_TOKEN (gateway registration)"}}},
         "paths": paths,
