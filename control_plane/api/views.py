@@ -11,6 +11,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from sqlalchemy.orm import Session
 
 from control_plane.api import backend_fields, identity
+from control_plane.api import second_factor as second_factor_api
 from control_plane.api import fleet as fleet_api
 from control_plane.api import telemetry as telemetry_api
 from control_plane.api import tokens as tokens_api
@@ -81,8 +82,10 @@ def require_admin_token() -> None:
         raise ApiError(403, "invalid gateway token")
     if hmac.compare_digest(given, current_app.config["ADMIN_TOKEN"].encode("utf-8")):
         identity.bootstrap_allowed()
+        second_factor_api.require(request.method, request.path, API_PREFIX, db())
         return
     if identity.personal(db(), token.strip(), request.method, request.path, API_PREFIX):
+        second_factor_api.require(request.method, request.path, API_PREFIX, db())
         return
     agent_token = current_app.config["SLUICE_SETTINGS"].agent_token
     if (agent_token and request.method == "POST" and request.path == API_PREFIX + "/telemetry"
@@ -240,6 +243,7 @@ def get_snapshot() -> Response:
 telemetry_api.register(bp, db, json_body)
 fleet_api.register(bp, db, json_body)
 tokens_api.register(bp, db, json_body, API_PREFIX)
+second_factor_api.register(bp, db, json_body)
 
 
 def init_app(app: Flask) -> None:
