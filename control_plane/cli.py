@@ -146,7 +146,10 @@ def _create_admin(args: argparse.Namespace) -> int:
     if not url:
         print("sluice create-admin: DATABASE_URL is not set", file=sys.stderr)
         return 2
-    if args.password_stdin:
+    password: str | None = None
+    if args.service_account:
+        pass   # no password: it acts only through personal API tokens
+    elif args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     elif os.environ.get("SLUICE_ADMIN_PASSWORD"):
         password = os.environ["SLUICE_ADMIN_PASSWORD"]
@@ -164,11 +167,12 @@ def _create_admin(args: argparse.Namespace) -> int:
         with make_sessionmaker(engine)() as session, \
                 audit.acting_as(f"cli:{os.environ.get('USER') or 'unknown'}"):
             if args.reset_password:
-                user = admin_users.set_password(session, args.username, password)
+                user = admin_users.set_password(session, args.username, password or "")
                 print(f"sluice create-admin: new password set for {user.username}")
             else:
                 user = admin_users.create_user(session, args.username, password, args.role)
-                print(f"sluice create-admin: created {user.role} {user.username}")
+                kind = "service account " if password is None else ""
+                print(f"sluice create-admin: created {user.role} {kind}{user.username}")
         return 0
     except Invalid as exc:
         for field, problem in exc.fields.items():
@@ -287,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="read the password from the first line of stdin")
     p.add_argument("--reset-password", action="store_true",
                    help="set a new password for an existing user instead")
+    p.add_argument("--service-account", action="store_true",
+                   help="no password: the account acts only through the API tokens "
+                        "created for it (POST /api/v1/tokens with \"user\" and the "
+                        "bootstrap token)")
     p.set_defaults(func=_create_admin)
 
     p = sub.add_parser("demo-backend", help="a demo model server (see --help)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from control_plane.admin import (auth, dashboard, formats,  # noqa: F401  (routes, filters)
-                                  history, pages, usage)
+                                  history, pages, second_factor, tokens, usage)
 from control_plane.admin.blueprint import bp
 
 

@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 
 # Reachable without a session; every other admin endpoint needs one.
 PUBLIC = {"admin.login", "admin.static"}
-# POSTs a viewer may make: signing out changes nothing but their own session.
-VIEWER_POSTS = {"admin.login", "admin.logout"}
+# POSTs a viewer may make: signing out changes nothing but their own session, their
+# own API tokens can do no more than they can (api/identity.py), their second factor
+# is theirs.
+VIEWER_POSTS = {"admin.login", "admin.logout", "admin.tokens_create", "admin.token_revoke",
+                "admin.second_factor_begin", "admin.second_factor_confirm",
+                "admin.second_factor_verify", "admin.second_factor_remove"}
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -44,7 +48,7 @@ def csrf_token() -> str:
 
 def _session_stamp(user: AdminUser) -> str:
     # Tail of the password hash: a new password invalidates every older session.
-    return user.password_hash[-16:]
+    return (user.password_hash or "")[-16:]
 
 
 def current_user() -> AdminUser | None:

@@ -98,7 +98,9 @@ def _traffic(gateways: dict[str, str]) -> dict[str, Any] | None:
 
 @bp.get("/")
 def dashboard() -> str:
-    return render_template("dashboard.html", status=status(db()), refresh_ms=REFRESH_MS)
+    settings = current_app.config["SLUICE_SETTINGS"]
+    return render_template("dashboard.html", status=status(db()), refresh_ms=REFRESH_MS,
+                           bootstrap_token_on=settings.admin_token_enabled)
 
 
 @bp.get("/status.json")

@@ -11,11 +11,12 @@ from datetime import datetime, timedelta, timezone
 
 from flask import Flask, Response, current_app, g, jsonify, request
 
+from control_plane.api import identity
 from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
 from control_plane.clients.gateway import GatewayClient
-from control_plane.services import audit, health, inference_logs, queues, scaling, telemetry
+from control_plane.services import admin_tokens, audit, health, inference_logs, queues, scaling, telemetry
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -177,8 +178,12 @@ def queue_depths() -> Response:
 def _set_actor() -> None:
     if not request.path.startswith("/api/"):
         return
-    name = request.headers.get("X-Sluice-Actor", "")
-    actor = "admin-token" + (":" + name if ACTOR_RE.match(name) else "")
+    token = identity.caller_token()
+    if token is not None:   # the user and the token, never "the admin token"
+        actor = admin_tokens.actor(token)
+    else:
+        name = request.headers.get("X-Sluice-Actor", "")
+        actor = "admin-token" + (":" + name if ACTOR_RE.match(name) else "")
     audit.set_actor(actor, request_id())
     g.audit_actor = actor
 

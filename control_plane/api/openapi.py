@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Response, jsonify
 
-from control_plane.api import jobs_admin, observability, telemetry, usage
+from control_plane.api import jobs_admin, observability, second_factor, telemetry, tokens, usage
 from control_plane.api.schemas import GATEWAY_REGISTRATION
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
@@ -47,7 +47,14 @@ _ID_PARAM = {"name": "id", "in": "path", "required": True,
              "schema": {"type": "integer", "minimum": 0}}
 
 
-_WHY = {401: "no admin token", 403: "a wrong admin token",
+_OTP = [{"name": second_factor.HEADER, "in": "header", "required": False,
+         "schema": {"type": "string", "maxLength": 32},
+         "description": "the current TOTP code (or a recovery code) of the token's user: "
+                        "needed for this change when SLUICE_ADMIN_OTP_REQUIRED is on"}]
+_OTP_KINDS = set(second_factor.GUARDED_DELETES) | {"backends", "models"}
+
+_WHY = {401: "no admin token, or an expired or revoked one",
+        403: "a wrong token, or one beyond its scopes or role",
         409: "a name already taken, or still in use", 422: "invalid fields (see fields)",
         503: "database_unavailable: the database is unreachable (Retry-After)"}
 
@@ -124,6 +131,7 @@ def _crud(res: CrudResource, components: dict[str, Any]) -> dict[str, Any]:
     filters = [{"name": f, "in": "query", "required": False, "schema": accepts(identifier)}
                for f in res.filters]
     base, one = API_PREFIX + res.path, API_PREFIX + res.path + "/{id}"
+    otp = _OTP if tag in _OTP_KINDS else []
     return {
         base: {
             "get": {"tags": [tag], "operationId": f"list_{tag.replace('-', '_')}", "parameters": filters,
@@ -137,11 +145,12 @@ def _crud(res: CrudResource, components: dict[str, Any]) -> dict[str, Any]:
             "parameters": [_ID_PARAM],
             "get": {"tags": [tag], "operationId": f"get_{one_id}",
                     "responses": _responses(200, ref, 404)},
-            "patch": {"tags": [tag], "operationId": f"update_{one_id}",
+            "patch": {"tags": [tag], "operationId": f"update_{one_id}", "parameters": otp,
                       "requestBody": _json_request(
                           {"$ref": f"#/components/schemas/{name}Update"}),
                       "responses": _responses(200, ref, 404, 409, 422)},
             "delete": {"tags": [tag], "operationId": f"delete_{one_id}",
+                       "parameters": otp if tag in second_factor.GUARDED_DELETES else [],
                        "responses": _responses(204, None, 404, 409)},
         },
     }
@@ -194,6 +203,12 @@ _PRESET = _object(
     query={"type": ["string", "null"]}, defaults=_STRINGS,
     needs={"type": "array", "items": {"type": "string"}}, probed={"type": "boolean"},
     docs={"type": "string"})
+
+
+_TOKEN = {"type": "object", "required": sorted(tokens.TOKEN_SHOWN),
+          "additionalProperties": False, "properties": tokens.TOKEN_SHOWN}
+_TOKEN_CREATED = {**_TOKEN, "required": sorted(tokens.TOKEN_SHOWN) + ["token"],
+                  "properties": {**tokens.TOKEN_SHOWN, "token": {"type": "string"}}}
 
 
 def _other_paths() -> dict[str, Any]:
@@ -278,7 +293,7 @@ def _other_paths() -> dict[str, Any]:
                            summary="gateways live, stale, gone and on the current version; "
                                    "the active controller"),
         p + "/consumers/{id}/webhook-secret": {"parameters": [_ID_PARAM], "post": {
-            "tags": ["jobs"], "operationId": "set_webhook_secret",
+            "tags": ["jobs"], "operationId": "set_webhook_secret", "parameters": _OTP,
             "summary": "a new webhook signing secret for the consumer, shown this once",
             "responses": _responses(201, _object(consumer_id={"type": "integer"},
                                                  secret={"type": "string"}), 404, 422)}},
@@ -297,6 +312,37 @@ def _other_paths() -> dict[str, Any]:
             "tags": ["jobs"], "operationId": "resend_webhook_delivery",
             "summary": "deliver that delivery's job again (a new delivery)",
             "responses": _responses(201, _OBJECT, 404, 422)}},
+        p + "/tokens": {
+            **_get("tokens", "list_tokens", _object(items={"type": "array", "items": _TOKEN}),
+                   summary="the caller's personal API tokens (every user's with the "
+                           "bootstrap token)"),
+            "post": {"tags": ["tokens"], "operationId": "create_token",
+                     "summary": "a personal API token, shown this once (\"user\": with "
+                                "the bootstrap token only)",
+                     "requestBody": _json_request(_body(tokens.TOKEN_CREATE, partial=False)),
+                     "responses": _responses(201, _TOKEN_CREATED, 422)}},
+        p + "/tokens/{id}": {"parameters": [_ID_PARAM], "delete": {
+            "tags": ["tokens"], "operationId": "revoke_token",
+            "summary": "revoke one of the caller's tokens",
+            "responses": _responses(204, None, 404)}},
+        p + "/second-factor": {
+            **_get("second-factor", "second_factor_status", _object(
+                enrolled={"type": "boolean"}, recovery_codes_left={"type": "integer"},
+                required={"type": "boolean"}), summary="the token's user's second factor"),
+            "post": {"tags": ["second-factor"], "operationId": "begin_second_factor",
+                     "summary": "a new TOTP secret, shown once; in force once confirmed",
+                     "responses": _responses(201, _object(secret={"type": "string"},
+                                                          otpauth_uri={"type": "string"}),
+                                             409)},
+            "delete": {"tags": ["second-factor"], "operationId": "remove_second_factor",
+                       "summary": "remove the second factor (needs its code)",
+                       "parameters": _OTP, "responses": _responses(204, None)}},
+        p + "/second-factor/confirm": {"post": {
+            "tags": ["second-factor"], "operationId": "confirm_second_factor",
+            "summary": "the first code puts the secret in force; recovery codes, shown once",
+            "requestBody": _json_request(_body(second_factor.CONFIRM, partial=False)),
+            "responses": _responses(200, _object(recovery_codes={
+                "type": "array", "items": {"type": "string"}}), 409, 422)}},
         OPENAPI_PATH: {"get": {"tags": ["meta"], "operationId": "openapi",
                                "summary": "this document (no token needed)",
                                "security": [],
@@ -322,7 +368,9 @@ def document() -> dict[str, Any]:
         "security": [{"adminToken": []}],
         "components": {"schemas": components, "securitySchemes": {
             "adminToken": {"type": "http", "scheme": "bearer",
-                           "description": "SLUICE_ADMIN_TOKEN"},
+                           "description": "a personal API token (POST /api/v1/tokens), or "
+                                          "the shared SLUICE_ADMIN_TOKEN while "
+                                          "SLUICE_ADMIN_TOKEN_ENABLED"},
             "gatewayToken": {"type": "http", "scheme": "bearer",
                              "description": "SLUICE_GATEWAY_TOKEN (gateway registration)"}}},
         "paths": paths,

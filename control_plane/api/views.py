@@ -10,9 +10,11 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from sqlalchemy.orm import Session
 
-from control_plane.api import backend_fields
+from control_plane.api import backend_fields, identity
+from control_plane.api import second_factor as second_factor_api
 from control_plane.api import fleet as fleet_api
 from control_plane.api import telemetry as telemetry_api
+from control_plane.api import tokens as tokens_api
 from control_plane.api.errors import ApiError
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
                                        GatewaySchema, JwtIssuerSchema, KeySchema, MappingSchema,
@@ -59,8 +61,9 @@ def close_db(_exc: BaseException | None = None) -> None:
 
 
 def require_admin_token() -> None:
-    """Bearer auth for everything under /api/, unknown routes included. Agents'
-    telemetry reports may use the agent token (SLUICE_AGENT_TOKEN) instead."""
+    """Bearer auth for everything under /api/, unknown routes included: the bootstrap
+    token or a personal token (api/identity.py). Agents' telemetry reports may use the
+    agent token (SLUICE_AGENT_TOKEN) instead."""
     if not request.path.startswith("/api/"):
         return
     if request.path == OPENAPI_PATH and request.method in ("GET", "HEAD"):
@@ -78,6 +81,11 @@ def require_admin_token() -> None:
             return
         raise ApiError(403, "invalid gateway token")
     if hmac.compare_digest(given, current_app.config["ADMIN_TOKEN"].encode("utf-8")):
+        identity.bootstrap_allowed()
+        second_factor_api.require(request.method, request.path, API_PREFIX, db())
+        return
+    if identity.personal(db(), token.strip(), request.method, request.path, API_PREFIX):
+        second_factor_api.require(request.method, request.path, API_PREFIX, db())
         return
     agent_token = current_app.config["SLUICE_SETTINGS"].agent_token
     if (agent_token and request.method == "POST" and request.path == API_PREFIX + "/telemetry"
@@ -234,6 +242,8 @@ def get_snapshot() -> Response:
 
 telemetry_api.register(bp, db, json_body)
 fleet_api.register(bp, db, json_body)
+tokens_api.register(bp, db, json_body, API_PREFIX)
+second_factor_api.register(bp, db, json_body)
 
 
 def init_app(app: Flask) -> None:

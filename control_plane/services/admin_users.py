@@ -30,25 +30,30 @@ def _dummy_hash() -> str:
     return generate_password_hash("not-a-password", method=HASH_METHOD)
 
 
-def check_fields(username: str, password: str, role: str) -> dict[str, str]:
-    """Per-field problems with a new user (empty when all is well)."""
+def check_fields(username: str, password: str | None, role: str) -> dict[str, str]:
+    """Per-field problems with a new user (empty when all is well); no password (None)
+    makes a service account."""
     errors = {}
     if not USERNAME_RE.match(username or ""):
         errors["username"] = ("must be 1-64 characters of letters, digits and . _ @ -, "
                               "starting with a letter or digit")
-    if not MIN_PASSWORD <= len(password or "") <= MAX_PASSWORD:
+    if password is not None and not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
         errors["password"] = f"must be {MIN_PASSWORD} to {MAX_PASSWORD} characters"
     if role not in ADMIN_ROLES:
         errors["role"] = "must be one of: " + ", ".join(ADMIN_ROLES)
     return errors
 
 
-def create_user(session: Session, username: str, password: str, role: str) -> AdminUser:
+def create_user(session: Session, username: str, password: str | None,
+                role: str) -> AdminUser:
+    """A user of the admin UI, or with no password a service account (which cannot
+    sign in and acts only through its API tokens)."""
     errors = check_fields(username, password, role)
     if errors:
         raise Invalid(errors)
-    user = AdminUser(username=username, role=role,
-                     password_hash=generate_password_hash(password, method=HASH_METHOD))
+    hashed = None if password is None else generate_password_hash(password,
+                                                                   method=HASH_METHOD)
+    user = AdminUser(username=username, role=role, password_hash=hashed)
     try:
         session.add(user)
         session.flush()
@@ -107,7 +112,8 @@ def authenticate(session: Session, username: str, password: str,
     if user is not None and user.locked_until is not None and user.locked_until > now:
         check_password_hash(_dummy_hash(), password or "")   # same cost as a real check
         raise Locked(max(1, math.ceil((user.locked_until - now).total_seconds())))
-    valid = check_password_hash(user.password_hash if user else _dummy_hash(), password or "")
+    stored = user.password_hash if user is not None else None
+    valid = check_password_hash(stored or _dummy_hash(), password or "") and stored is not None
     if user is not None and not valid:
         user.failed_logins = (user.failed_logins or 0) + 1
         if user.failed_logins >= max_attempts:
@@ -128,7 +134,8 @@ def authenticate(session: Session, username: str, password: str,
 def password_matches(session: Session, username: str, password: str) -> bool:
     """Whether `password` is this user's, without recording a login."""
     user = find(session, username)
-    return user is not None and check_password_hash(user.password_hash, password)
+    return (user is not None and user.password_hash is not None
+            and check_password_hash(user.password_hash, password))
 
 
 def ensure_user(session: Session, username: str, password: str, role: str) -> bool:

@@ -26,9 +26,9 @@ from control_plane.tables.records import AuditEntry
 MAX_LIMIT = 1000
 # never copied into the trail: a key's hash is as good as the key for a lookup table;
 # backend credentials (auth_header, the mTLS pair) are write-only; password hashes
-# invite offline guessing
+# invite offline guessing; a TOTP secret is the second factor itself
 REDACTED = {"key_hash", "auth_header", "tls_client_cert", "tls_client_key",
-            "password_hash"}
+            "password_hash", "token_hash", "code_hash", "totp_secret"}
 SKIPPED = {"created_at", "updated_at"}
 
 _actor: ContextVar[str] = ContextVar("sluice_audit_actor", default="system")

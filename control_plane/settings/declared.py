@@ -295,6 +295,13 @@ class Settings:
     admin_lockout_s: float = setting(
         "SLUICE_ADMIN_LOCKOUT_S", parsers.positive_float, 300.0,
         "seconds a locked admin UI account stays locked")
+    admin_token_enabled: bool = setting(
+        "SLUICE_ADMIN_TOKEN_ENABLED", parsers.flag, True,
+        "whether the shared SLUICE_ADMIN_TOKEN still opens the admin API (for "
+        "`sluice up` and first setup; turn off once personal tokens exist)")
+    admin_otp_required: bool = setting(
+        "SLUICE_ADMIN_OTP_REQUIRED", parsers.flag, False,
+        "dangerous admin changes need a fresh TOTP code (header X-Sluice-OTP)")
 
     # Async jobs and the Batch API (docs/contracts.md, "Async jobs"): the broker
     # (None: `sluice up` starts a private one), where gateways hand async requests to

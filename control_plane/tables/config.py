@@ -348,18 +348,24 @@ ADMIN_ROLES = ("admin", "viewer")
 
 
 class AdminUser(Timestamps, Base):
-    """A person who may sign in to the admin UI; `viewer`s only read."""
+    """A person who may sign in to the admin UI, or a service account (no password:
+    it acts only through its personal API tokens); `viewer`s only read."""
     __tablename__ = "admin_users"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
-    password_hash: Mapped[str] = mapped_column(String(256))  # werkzeug scrypt
+    password_hash: Mapped[str | None] = mapped_column(String(256))  # werkzeug scrypt
     role: Mapped[str] = mapped_column(String(16))
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     last_login_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Wrong passwords in a row, and the end of the lock they caused (sign-in throttling).
     failed_logins: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The TOTP second factor (RFC 6238): the base32 secret, in force once confirmed by a
+    # first code; the last time step accepted, so a code is never accepted twice.
+    totp_secret: Mapped[str | None] = mapped_column(String(64))
+    totp_confirmed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    totp_last_step: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (CheckConstraint("role IN ('admin', 'viewer')", name="role_known"),)
 

@@ -32,7 +32,8 @@ DERANDOMIZE = "SLUICE_FUZZ_EXAMPLES" not in os.environ
 # collection and items stay together (what one operation creates, the next may read).
 GROUPS = {
     "catalog": ("models", "backends", "backend-presets", "model-types", "mappings", "routes"),
-    "access": ("consumers", "keys", "plans", "jwt-issuers", "content-policies"),
+    "access": ("consumers", "keys", "plans", "jwt-issuers", "content-policies", "tokens",
+               "second-factor"),
     "fleet": ("gateways", "telemetry", "controllers", "fleet", "config", "snapshot",
               "scaling", "health", "queues"),
     "records": ("logs", "jobs", "webhook-deliveries", "audit", "usage", "openapi.json"),

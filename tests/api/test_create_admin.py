@@ -76,3 +76,17 @@ def test_admin_user_changes_are_in_the_audit_trail_without_secrets(db_url):
     assert reset[:2] == ("update", True) and reset[3]["password_changed"] is True
     assert "password" not in repr(rows).replace("password_hash", "").replace(
         "password_changed", "")
+
+
+def test_a_service_account_has_no_password_and_cannot_sign_in(db_url):
+    done = _run(db_url, "ci-bot", "--service-account")
+    assert done.returncode == 0, done.stderr
+    assert "created admin service account ci-bot" in done.stdout
+    engine = make_engine(db_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            assert admin_users.find(session, "ci-bot").password_hash is None
+            assert admin_users.authenticate(session, "ci-bot", "") is None
+            assert admin_users.authenticate(session, "ci-bot", "anything at all") is None
+    finally:
+        engine.dispose()

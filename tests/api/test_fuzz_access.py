@@ -1,5 +1,5 @@
 """The admin API fuzzed with schemathesis (tests/api/fuzzing.py), the access group:
-consumers, keys, plans, JWT issuers and content policies."""
+consumers, keys, plans, JWT issuers, content policies and personal API tokens."""
 from __future__ import annotations
 
 from .fuzzing import GROUPS, fuzz
