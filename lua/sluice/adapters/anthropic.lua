@@ -161,6 +161,9 @@ _M.events = stream.events
 -- Anthropic backends take tools (sluice.carry).
 _M.tools = true
 
+-- What of the chat form's params an Anthropic backend refuses (sluice.carry).
+_M.refuses = to_anthropic.refuses
+
 function _M.error_message(doc)
     local e = doc.error
     if type(e) == "table" and type(e.message) == "string" then

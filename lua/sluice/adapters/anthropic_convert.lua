@@ -163,6 +163,18 @@ end
 
 local CHOICE = { auto = "auto", any = "required", none = "none" }
 
+-- Anthropic request `doc`'s generation parameters in chat's names (stop_sequences ->
+-- stop, metadata.user_id -> user): the chat form's params, and what sluice.carry
+-- checks against a backend before limits count the request.
+function _M.params_of(doc)
+    local params = { max_tokens = doc.max_tokens, temperature = doc.temperature,
+                     top_p = doc.top_p, top_k = doc.top_k, stop = doc.stop_sequences }
+    if type(doc.metadata) == "table" and type(doc.metadata.user_id) == "string" then
+        params.user = doc.metadata.user_id
+    end
+    return params
+end
+
 -- Anthropic request `doc` -> the chat form's pieces, as one OpenAI chat body
 -- (messages, tools, tool_choice and chat's params; adapters/anthropic.lua splits it).
 function _M.to_chat(doc)
@@ -193,14 +205,10 @@ function _M.to_chat(doc)
             if not ok then return nil, err, param end
         end
     end
-    local chat = { messages = msgs, max_tokens = doc.max_tokens,
-                   temperature = doc.temperature, top_p = doc.top_p, top_k = doc.top_k,
-                   stop = doc.stop_sequences, stream = doc.stream }
+    local chat = _M.params_of(doc)
+    chat.messages, chat.stream = msgs, doc.stream
     if doc.stream == true then
         chat.stream_options = { include_usage = true }
-    end
-    if type(doc.metadata) == "table" and type(doc.metadata.user_id) == "string" then
-        chat.user = doc.metadata.user_id
     end
     if is_list(doc.tools) then
         local tools = {}

@@ -23,6 +23,7 @@ local pairs = pairs
 local ipairs = ipairs
 local tostring = tostring
 local concat = table.concat
+local str_gsub = string.gsub
 
 local json_null = cjson.null
 local array = chat.array
@@ -45,6 +46,21 @@ function _M.unsupported(doc)
         end
     end
     return nil
+end
+
+-- A backend's refusal names a chat-form field: the caller's own name for it, and the
+-- message with it (response_format -> text.format); nil stays nil.
+local OWN = { response_format = "text.format", max_tokens = "max_output_tokens" }
+
+function _M.own_param(param, msg)
+    local own = param and OWN[param]
+    if not own then
+        return param, msg
+    end
+    if type(msg) == "string" then
+        msg = (str_gsub(msg, param, own, 1))
+    end
+    return own, msg
 end
 
 local function part_of(p, where)
@@ -203,6 +219,23 @@ local function format_of(text)
                                                    description = f.description } }
 end
 
+-- Responses request `doc`'s generation parameters in chat's names: the chat form's
+-- params, and what sluice.carry checks against a backend before limits count it.
+function _M.params_of(doc)
+    local max = doc.max_output_tokens
+    local params = {
+        temperature = doc.temperature, top_p = doc.top_p,
+        max_tokens = max ~= json_null and max or nil,
+        parallel_tool_calls = doc.parallel_tool_calls,
+        response_format = format_of(doc.text),
+        user = doc.safety_identifier or doc.user,
+    }
+    for k, v in pairs(params) do
+        if v == json_null then params[k] = nil end
+    end
+    return params
+end
+
 -- Caller body -> chat-form internal request, or nil, message, param (a 400).
 function _M.decode(_, doc, model)
     local param, msg = _M.unsupported(doc)
@@ -226,20 +259,9 @@ function _M.decode(_, doc, model)
     if param then return nil, msg, param end
     tool_choice, param, msg = tool_choice_of(doc.tool_choice)
     if param then return nil, msg, param end
-    local max = doc.max_output_tokens
-    local params = {
-        temperature = doc.temperature, top_p = doc.top_p,
-        max_tokens = max ~= json_null and max or nil,
-        parallel_tool_calls = doc.parallel_tool_calls,
-        response_format = format_of(doc.text),
-        user = doc.safety_identifier or doc.user,
-    }
-    for k, v in pairs(params) do
-        if v == json_null then params[k] = nil end
-    end
     return { kind = "chat", chat = true, api = "responses", model = model,
              messages = messages, tools = tools, tool_choice = tools and tool_choice,
-             params = params, stream = doc.stream == true, include_usage = true,
+             params = _M.params_of(doc), stream = doc.stream == true, include_usage = true,
              inputs = { last }, meta = { doc = doc } }
 end
 
