@@ -8,11 +8,23 @@
 --                         cannot call them
 --   previous_response_id  (and conversation, background, prompt) on /v1/responses:
 --                         only to a backend that speaks Responses natively
+--   generation params     what the backend's adapter refuses of the chat form's params
+--                         (n above 1 to anthropic and gemini; stop, top_k, seed, … to
+--                         openai_responses; …): the adapter's own `refuses`, on the
+--                         caller's params in chat's names, the 400 naming the caller's
+--                         own field (stop_sequences, text.format)
 local responses = require("sluice.adapters.responses")
+local anthropic = require("sluice.adapters.anthropic")
+local ac = require("sluice.adapters.anthropic_convert")
+local responses_backend = require("sluice.adapters.responses_backend")
+local gemini = require("sluice.adapters.gemini")
 
 local type = type
 
 local TOOLS = { openai = true, openai_responses = true, anthropic = true, gemini = true }
+-- backend protocol -> its adapter's check of the chat form's params
+local REFUSES = { openai_responses = responses_backend.refuses, anthropic = anthropic.refuses,
+                  gemini = gemini.refuses }
 
 local _M = {}
 
@@ -38,8 +50,25 @@ function _M.check(endpoint, doc, protocol, model_name)
         return "tools", "model " .. model_name .. " cannot call tools (its backends speak "
                         .. protocol .. ")"
     end
+    local refuses = REFUSES[protocol]
     if endpoint.api == "responses" then
-        return responses.unsupported(doc)
+        local param, why = responses.unsupported(doc)
+        if param or not refuses then
+            return param, why
+        end
+        return responses.own_param(refuses(responses.params_of(doc)))
+    end
+    if not refuses or endpoint.answered then
+        return nil
+    end
+    if endpoint.caller == "anthropic" then
+        local param, why = refuses(ac.params_of(doc))
+        if param then
+            return anthropic.own_param(param, why)
+        end
+    elseif endpoint.caller == "openai" and (endpoint.kind == "chat"
+                                            or endpoint.kind == "completion") then
+        return refuses(doc)   -- the chat form's params are the body's own fields
     end
     return nil
 end

@@ -117,7 +117,7 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool)
     path, body, param = backend.request(ireq, pool, model_name)
     if not path then
         if param and caller.own_param then   -- the caller's name for the field
-            param, body = caller.own_param(param, body)
+            param, body = caller.own_param(param, body, ireq)
         end
         return 400, invalid, body, param and { param = param }
     end

@@ -107,13 +107,10 @@ end
 -- A kept response (GET, DELETE /v1/responses/{id}, …/input_items, …/cancel): through a
 -- backend of the model that keeps it (sluice.stored), unchanged. Counted by the
 -- consumer's plan as any request of that model (rate, concurrency, request quotas; not
--- the token quota: nothing is generated).
+-- the token quota: nothing is generated), once a backend is there to take it: a 503
+-- for none counts nothing.
 function _M.read_stored(ctx, snap, consumer, endpoint)
     local status, err_type, msg, extra, model_name = stored.model(snap, consumer)
-    if status then
-        return status, err_type, msg, extra
-    end
-    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name, false)
     if status then
         return status, err_type, msg, extra
     end
@@ -125,6 +122,10 @@ function _M.read_stored(ctx, snap, consumer, endpoint)
     if not backend then
         return 503, "backend_unavailable", "no backend of model " .. model_name
                .. " is available"
+    end
+    status, err_type, msg, extra = policy.check(ctx, snap, consumer, model_name, false)
+    if status then
+        return status, err_type, msg, extra
     end
     aim.model = model
     return _M.forward(ctx, endpoint, nil, model_name, pool, backend)

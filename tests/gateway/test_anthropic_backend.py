@@ -49,7 +49,8 @@ def anthropic_backend(tmp_path_factory):
 class ScriptedChat(HttpBackend):
     """An OpenAI chat backend that calls the first tool offered when the last message
     is the user's, and answers a tool message with "tool said: <content>"; keeps the
-    bodies it got. `X-Test-Bad-Args: yes`: the streamed arguments are no JSON."""
+    bodies it got. `X-Test-Bad-Args: yes`: the streamed arguments are no JSON (cut
+    short); `malformed`: their second piece breaks the JSON (`{"que` + `ry": x}`)."""
 
     seen: list = []
 
@@ -62,8 +63,8 @@ class ScriptedChat(HttpBackend):
             msg = {"role": "assistant", "content": "tool said: " + last["content"]}
             finish = "stop"
         else:
-            args = "{\"query\": \"x\"}" if self.headers.get("X-Test-Bad-Args") != "yes" \
-                else "{\"query\": \"x\""
+            args = {"yes": "{\"query\": \"x\"", "malformed": "{\"query\": x}"}.get(
+                self.headers.get("X-Test-Bad-Args"), "{\"query\": \"x\"}")
             msg = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {
                     "name": body["tools"][0]["function"]["name"], "arguments": args}}]}
@@ -271,6 +272,64 @@ def test_anthropic_caller_gets_an_error_for_broken_tool_arguments(claude_client,
         else:
             claude_client.messages.create(**kw)
     assert "not a JSON object" in str(exc.value)
+
+
+def sse_events(r: requests.Response) -> list[tuple[str, dict]]:
+    """(event name, data) of each SSE event of a whole stream."""
+    out = []
+    for block in r.text.split("\n\n"):
+        name = data = None
+        for line in block.splitlines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data = line[5:].strip()
+        if data and data != "[DONE]":
+            doc = json.loads(data)
+            out.append((name or doc.get("type"), doc))
+    return out
+
+
+def test_a_malformed_argument_piece_never_reaches_an_anthropic_caller(gw, helpers,
+                                                                      claude_client):
+    """The backend's second argument piece breaks the JSON: the caller has the first
+    piece, then the error event, never the malformed piece (the SDK raises the
+    gateway's error, not a partial-JSON parse error of its own)."""
+    body = {"model": "tools-chat", "max_tokens": 30, "tools": A_TOOLS, "stream": True,
+            "messages": [{"role": "user", "content": "find x"}]}
+    r = requests.post(gw.url + "/v1/messages", json=body, timeout=10,
+                      headers={"x-api-key": helpers.KEY, "X-Test-Bad-Args": "malformed"})
+    assert r.status_code == 200
+    events = sse_events(r)
+    pieces = [d["delta"]["partial_json"] for n, d in events if n == "content_block_delta"
+              and d["delta"]["type"] == "input_json_delta"]
+    assert pieces == ['{"que']
+    assert events[-1][0] == "error", events
+    assert "not a JSON object" in events[-1][1]["error"]["message"]
+    assert "message_stop" not in [n for n, _ in events]
+    with pytest.raises(anthropic.APIStatusError) as exc:
+        with claude_client.messages.stream(
+                model="tools-chat", max_tokens=30, tools=A_TOOLS,
+                messages=[{"role": "user", "content": "find x"}],
+                extra_headers={"X-Test-Bad-Args": "malformed"}) as s:
+            s.get_final_message()
+    assert "not a JSON object" in str(exc.value)
+
+
+def test_a_malformed_argument_piece_never_reaches_a_responses_caller(gw, helpers):
+    body = {"model": "tools-chat", "input": "find x", "stream": True,
+            "tools": [{"type": "function", "name": "lookup",
+                       "parameters": TOOLS[0]["function"]["parameters"]}]}
+    r = requests.post(gw.url + "/v1/responses", json=body, timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}",
+                               "X-Test-Bad-Args": "malformed"})
+    assert r.status_code == 200
+    events = sse_events(r)
+    names = [n for n, _ in events]
+    assert [d["delta"] for n, d in events
+            if n == "response.function_call_arguments.delta"] == ['{"que']
+    assert names[-1] == "error" and "response.completed" not in names, names
+    assert "not a JSON object" in json.dumps(events[-1][1])
 
 
 def deltas_by_block(events):

@@ -12,6 +12,7 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+import requests
 
 from control_plane.runtime import procs
 
@@ -158,3 +159,33 @@ def test_what_a_responses_backend_has_no_place_for_is_named(claude):
     err = e.value.body["error"]
     assert err["param"] == "stop_sequences", e.value.body
     assert err["message"].startswith("stop_sequences cannot be sent"), err
+
+
+# ---- what a converted message cannot carry, named in the caller's own request --------
+
+FILE = {"type": "input_file", "filename": "a.pdf",
+        "file_data": "data:application/pdf;base64,JVBERi0xLjQK"}
+LOOKUP = {"type": "function", "name": "lookup",
+          "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize("body, param", [
+    # instructions become the chat form's messages[0]: the file part is its messages[2]
+    ({"instructions": "be brief", "input": [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "input_text", "text": "read"}, FILE]}]},
+     "input[1].content[1].type"),
+    # function_call items join one assistant turn (messages[2].tool_calls[1] there)
+    ({"instructions": "be brief", "tools": [LOOKUP], "input": [
+        {"role": "user", "content": "use a tool x"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "[1]"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a"},
+        {"type": "function_call_output", "call_id": "c2", "output": "b"}]},
+     "input[2].arguments"),
+], ids=["content-part", "function-call"])
+def test_a_responses_callers_refused_item_is_named_by_its_own_index(gw, helpers, body, param):
+    r = requests.post(gw.url + "/v1/responses", json={"model": "claude", **body},
+                      headers={"Authorization": f"Bearer {helpers.KEY}"}, timeout=10)
+    err = helpers.assert_error(r, 400, "invalid_request_error")
+    assert err["param"] == param, err

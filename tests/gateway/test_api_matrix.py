@@ -194,29 +194,27 @@ def test_caller_meets_backend(gw, clients, caller, backend, stream, tools):
     assert got.finish == FINISH[caller][0]
 
 
-# what the docs say a pair of the matrix cannot carry: caller, backend, the field sent,
-# the param the 400 names, and whether the docs say it is refused before the plan
-# counts the request (docs/responses-api.md's carry check; the backend adapters'
-# refusals, docs/anthropic.md and docs/presets.md, come after it: no tokens either way)
+# what the docs say a pair of the matrix cannot carry: caller, backend, the field sent
+# and the param the 400 names. Every one is refused before the plan counts the request
+# (sluice.carry: the backend adapters' own checks of the caller's params), so neither
+# the request nor any token is counted, and no limit is taken.
 EARLIER = {"previous_response_id": "resp_earlier"}
 REFUSED = [
-    ("responses", "openai", EARLIER, "previous_response_id", True),
-    ("responses", "anthropic", EARLIER, "previous_response_id", True),
-    ("responses", "gemini", EARLIER, "previous_response_id", True),
-    ("messages", "openai_responses", {"stop_sequences": ["END"]}, "stop_sequences", False),
-    ("messages", "openai_responses", {"top_k": 5}, "top_k", False),
-    ("chat", "openai_responses", {"stop": ["END"]}, "stop", False),
-    ("chat", "anthropic", {"n": 2}, "n", False),
-    ("chat", "gemini", {"n": 2}, "n", False),
+    ("responses", "openai", EARLIER, "previous_response_id"),
+    ("responses", "anthropic", EARLIER, "previous_response_id"),
+    ("responses", "gemini", EARLIER, "previous_response_id"),
+    ("responses", "anthropic", {"temperature": 1.5}, "temperature"),
+    ("responses", "anthropic", {"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ("messages", "openai_responses", {"stop_sequences": ["END"]}, "stop_sequences"),
+    ("messages", "openai_responses", {"top_k": 5}, "top_k"),
+    ("chat", "openai_responses", {"stop": ["END"]}, "stop"),
+    ("chat", "anthropic", {"n": 2}, "n"),
+    ("chat", "gemini", {"n": 2}, "n"),
 ]
 
 
-@pytest.mark.parametrize("caller, backend, extra, param, before_plan", REFUSED,
-                         ids=[f"{c}-{b}-{p}" for c, b, _, p, _ in REFUSED])
-def test_what_a_pair_cannot_carry_is_a_400_naming_it(gw, clients, caller, backend, extra,
-                                                    param, before_plan):
-    rid = f"matrix-{uuid.uuid4().hex}"
-    before = counted(gw, MODEL[backend])
+def refused(clients, caller: str, backend: str, extra: dict, rid: str) -> dict:
+    """Send `extra` from `caller` to `backend`'s model: the 400's error object."""
     kw = {"model": MODEL[backend], "extra_headers": {"X-Request-Id": rid}, **extra}
     if caller == "messages":
         with pytest.raises(anthropic.BadRequestError) as exc:
@@ -234,8 +232,48 @@ def test_what_a_pair_cannot_carry_is_a_400_naming_it(gw, clients, caller, backen
         err = exc.value.body
         assert err["request_id"] == rid
     assert exc.value.status_code == 400
+    return err
+
+
+@pytest.mark.parametrize("caller, backend, extra, param", REFUSED,
+                         ids=[f"{c}-{b}-{p}" for c, b, _, p in REFUSED])
+def test_what_a_pair_cannot_carry_is_a_400_naming_it(gw, clients, caller, backend, extra,
+                                                    param):
+    rid = f"matrix-{uuid.uuid4().hex}"
+    before = counted(gw, MODEL[backend])
+    err = refused(clients, caller, backend, extra, rid)
     assert err["param"] == param, err
-    # no tokens counted; the request itself only when refused after the plan admitted it
-    assert counted(gw, MODEL[backend]) == [before[0] + (not before_plan), *before[1:]]
+    assert counted(gw, MODEL[backend]) == before   # neither the request nor tokens
     line = log_line(gw, rid)
     assert (line["status"], line["prompt_tokens"], line["completion_tokens"]) == ("400", "", "")
+
+
+LIMITED = "sk-matrix-limited-0123456789abcdef"
+LIMITED_ID = 2607   # a consumer id of its own: the shared gateway keeps counters by it
+
+
+def test_refused_pairs_take_no_limit(gateway, helpers, matrix_backends):
+    """A consumer whose plan allows one request (a rate bucket of one, refilled in
+    1000 s, and a daily quota of one) sends every refused pair first: each is a 400,
+    and its one request still goes through afterwards; the next is refused."""
+    gw = gateway
+    snap = helpers.make_snapshot(1, {MODEL[b]: (5000, [matrix_backends[b]]) for b in BACKENDS})
+    helpers.add_planned(snap, LIMITED, {"rate_per_second": 0.001, "burst": 1,
+                                        "daily_requests": 1},
+                        name="matrix-limited", consumer_id=LIMITED_ID)
+    assert gw.push(snap).status_code == 200
+    mine = {"chat": openai.OpenAI(base_url=gw.url + "/v1", api_key=LIMITED, max_retries=0),
+            "messages": anthropic.Anthropic(base_url=gw.url, api_key=LIMITED, max_retries=0)}
+    mine["responses"] = mine["chat"]
+    for caller, backend, extra, param in REFUSED:
+        err = refused(mine, caller, backend, extra, f"matrix-{uuid.uuid4().hex}")
+        assert err["param"] == param, err
+    ok = mine["chat"].chat.completions.create(
+        model=MODEL["openai"], messages=[{"role": "user", "content": PLAIN}])
+    assert ok.choices[0].message.content == ECHO["openai"] + PLAIN
+    with pytest.raises(openai.RateLimitError):
+        mine["chat"].chat.completions.create(
+            model=MODEL["openai"], messages=[{"role": "user", "content": PLAIN}])
+    rows = {key.split("|")[2]: row[0] for key, row in gw.usage()["counters"].items()
+            if key.split("|")[1] == str(LIMITED_ID)}
+    assert rows == {MODEL["openai"]: 1}, rows   # the one request that went through

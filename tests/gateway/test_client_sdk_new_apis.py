@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from browser_worker import chromium, page_server, run_checks
 from sluice_client import (APIStatusError, AuthenticationError, BadRequestError, Model,
                            NotFoundError, PermissionDeniedError, RateLimitError,
@@ -114,6 +115,26 @@ def test_broken_streamed_tool_arguments_raise_not_hang(client):
 
 def without_pings(events) -> list:
     return [e["type"] for e in events if e["type"] != "ping"]
+
+
+def test_messages_send_anthropic_version(client):
+    """As Anthropic's own SDK does; a version in the client's headers wins. Read off
+    what went on the wire (a response hook on the client's own session)."""
+    sent = []
+
+    def watching(**kw) -> Sluice:
+        session = requests.Session()
+        session.hooks["response"].append(lambda r, *a, **k: sent.append(r.request.headers))
+        return Sluice(client.base_url, client.api_key, session=session, **kw)
+
+    hi = [{"role": "user", "content": "hi"}]
+    watching().model("chat-demo").messages(hi, max_tokens=16)
+    watching().model("chat-demo").messages(hi, max_tokens=16, stream=True).final()
+    watching(headers={"Anthropic-Version": "2024-01-01"}).model("chat-demo").messages(
+        hi, max_tokens=16)
+    watching().model("chat-demo").chat(hi)
+    assert [h.get("anthropic-version") for h in sent] == \
+        ["2023-06-01", "2023-06-01", "2024-01-01", None]
 
 
 def test_messages_text_whole_and_streamed(client):

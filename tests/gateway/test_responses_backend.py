@@ -224,6 +224,29 @@ def test_a_kept_responses_calls_count_as_requests_of_the_consumer(
         assert "daily request quota" in e.value.message
 
 
+def test_a_read_back_with_no_backend_there_counts_nothing(gateway, helpers, responses_backend):
+    """A kept response's call while the model has no backend to take it (its one
+    backend weighted 0: drained) is a 503, and the plan counts none of them: once a
+    backend is back, the consumer's one request of the day still goes through."""
+    key = "sk-test-respb-503-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {"resp-drained": (5000, [{**responses_backend,
+                                                              "weight": 0}])})
+    helpers.add_planned(snap, key, {"daily_requests": 1, "rate_per_second": 0.001,
+                                    "burst": 1}, consumer_id=2604)
+    assert gateway.push(snap).status_code == 200
+    c = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    for call in _every_kept_call(c, "resp_1"):
+        with pytest.raises(openai.InternalServerError) as e:
+            call()
+        assert e.value.status_code == 503 and "no backend" in e.value.message
+    snap["models"]["resp-drained"]["backends"][0]["weight"] = 100
+    assert gateway.push(snap).status_code == 200
+    with pytest.raises(openai.NotFoundError):   # the backend's own 404: counted
+        c.responses.retrieve("resp_unknown")
+    with pytest.raises(openai.RateLimitError):
+        c.responses.retrieve("resp_unknown")
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_usage_counted_once_for_every_caller_of_a_responses_backend(
         gateway, helpers, responses_backend, stream):

@@ -10,7 +10,8 @@ package.cpath = "/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" .. package.cpath
 local FILES = { "test_gcra", "test_swrr", "test_der", "test_scan", "test_same", "test_strict",
                 "test_accesslog", "test_body", "test_nginx_time", "test_bytes", "test_multipart",
                 "test_media", "test_strict_anthropic", "test_strict_responses", "test_gemini",
-                "test_realtime_plans", "test_ws_frames" }
+                "test_realtime_plans", "test_ws_frames", "test_json_prefix",
+                "test_caller_path" }
 
 local passed, failed = 0, 0
 for _, file in ipairs(FILES) do

@@ -32,6 +32,7 @@ export { verifySignature } from "./webhooks.js";
 
 const RETRY_STATUSES = new Set([429, 503]);
 const FINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
+const ANTHROPIC_VERSION = "2023-06-01";   // sent on messages() calls, as Anthropic's SDK sends it
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -127,7 +128,11 @@ export class Sluice {
     const { stream = false, onEvent = null, signal, ...params } = options;
     const body = { model, messages: [...messages], ...params };
     if (body.tools) body.tools = toolsFor(MESSAGES, body.tools);
-    return this._call("/v1/messages", body, { stream, onEvent, signal }, MessageAssembler);
+    // as Anthropic's own SDK does; a version in the client's `headers` wins
+    const own = Object.keys(this.headers).some((k) => k.toLowerCase() === "anthropic-version");
+    const headers = own ? {} : { "anthropic-version": ANTHROPIC_VERSION };
+    return this._call("/v1/messages", body, { stream, onEvent, signal, headers },
+                      MessageAssembler);
   }
 
   // POST /v1/responses, OpenAI's Responses API; `input` a string or a list of items.
@@ -141,10 +146,10 @@ export class Sluice {
     return this._call("/v1/responses", body, { stream, onEvent, signal }, ResponseAssembler);
   }
 
-  _call(path, body, { stream, onEvent, signal }, Assembler) {
-    if (!stream && !onEvent) return this.request("POST", path, body, { signal });
+  _call(path, body, { stream, onEvent, signal, headers = {} }, Assembler) {
+    if (!stream && !onEvent) return this.request("POST", path, body, { signal, headers });
     body.stream = true;
-    const events = this._stream(path, body, signal, Assembler);
+    const events = this._stream(path, body, signal, Assembler, headers);
     if (!onEvent) return events;
     return (async () => {
       for await (const event of events) await onEvent(event);
@@ -213,8 +218,8 @@ export class Sluice {
   }
 
   // One call with retries: the decoded JSON answer, or a typed error.
-  async request(method, path, body = undefined, { signal } = {}) {
-    const resp = await this._send(method, path, body, { signal });
+  async request(method, path, body = undefined, { signal, headers = {} } = {}) {
+    const resp = await this._send(method, path, body, { signal, headers });
     const text = await resp.text();
     try {
       return JSON.parse(text);
@@ -285,9 +290,9 @@ export class Sluice {
 
   // A Stream of the events of `path`'s answer. The request starts on the first
   // iteration; a refused request throws there.
-  _stream(path, body, signal, Assembler) {
+  _stream(path, body, signal, Assembler, headers = {}) {
     const open = async function* (client) {
-      const resp = await client._send("POST", path, body, { stream: true, signal });
+      const resp = await client._send("POST", path, body, { stream: true, signal, headers });
       yield* sseEvents(resp);
     };
     return new Stream(() => open(this), new Assembler());

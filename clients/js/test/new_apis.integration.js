@@ -118,3 +118,19 @@ test("brief 001's call, and streamed tool input, to a Claude backend", async () 
   const turn = [...USE, { role: "assistant", content: answer.content }, call.result("dry")];
   assert.equal(textOf(await claude.messages(turn, { max_tokens: 64, tools: [LOOKUP] })), "tool said: dry");
 });
+
+test("messages send anthropic-version, as Anthropic's SDK does; the client's own wins", async () => {
+  const sent = [];
+  const watching = (headers = {}) => new Sluice({
+    baseURL: env.SLUICE_BASE_URL, apiKey: env.SLUICE_API_KEY, headers,
+    fetch: (url, init) => { sent.push(init.headers); return globalThis.fetch(url, init); },
+  }).model("chat-demo");
+  await watching().messages([{ role: "user", content: "hi" }], { max_tokens: 16 });
+  await collect(watching().messages([{ role: "user", content: "hi" }],
+    { max_tokens: 16, stream: true }));
+  await watching({ "Anthropic-Version": "2024-01-01" }).messages(
+    [{ role: "user", content: "hi" }], { max_tokens: 16 });
+  await watching().chat([{ role: "user", content: "hi" }]);
+  assert.deepEqual(sent.map((h) => h["anthropic-version"] ?? h["Anthropic-Version"]),
+    ["2023-06-01", "2023-06-01", "2024-01-01", undefined]);
+});

@@ -32,6 +32,7 @@ log = logging.getLogger("sluice_client")
 
 RETRY_STATUSES = frozenset({429, 503})
 FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ANTHROPIC_VERSION = "2023-06-01"   # sent on messages() calls, as Anthropic's SDK sends it
 Timeout = Union[float, "tuple[float, float]"]
 Messages = list
 
@@ -149,8 +150,11 @@ class Sluice:
             body["system"] = system
         if tools is not None:
             body["tools"] = tools_for(MESSAGES, tools)
+        # as Anthropic's own SDK does; a version in the client's `headers` wins
+        own = any(k.lower() == "anthropic-version" for k in self.headers)
         return self._call("/v1/messages", body, stream, callback,
-                          streams.MessageAssembler)
+                          streams.MessageAssembler,
+                          headers=None if own else {"anthropic-version": ANTHROPIC_VERSION})
 
     def responses(self, model: str, input: Union[str, list], *,
                   instructions: Optional[str] = None, tools: Optional[list] = None,
@@ -170,11 +174,11 @@ class Sluice:
                           streams.ResponseAssembler)
 
     def _call(self, path: str, body: dict, stream: bool, callback: Any,
-              assembler: Any) -> Any:
+              assembler: Any, headers: Optional[dict] = None) -> Any:
         if not stream and callback is None:
-            return self.request("POST", path, body)
+            return self.request("POST", path, body, headers=headers)
         body["stream"] = True
-        events = self._stream(path, body, assembler)
+        events = self._stream(path, body, assembler, headers=headers)
         if callback is None:
             return events
         for event in events:
@@ -244,9 +248,10 @@ class Sluice:
 
     # ---- transport -----------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None,
+                headers: Optional[dict] = None) -> Any:
         """One call with retries; returns the decoded JSON answer or raises."""
-        resp = self._send(method, path, body, stream=False)
+        resp = self._send(method, path, body, stream=False, headers=headers)
         try:
             return resp.json()
         except ValueError:
@@ -254,8 +259,10 @@ class Sluice:
                                      request_id=resp.headers.get("X-Request-Id"),
                                      body=resp.text) from None
 
-    def _stream(self, path: str, body: dict, assembler: Any) -> streams.Stream:
-        resp = self._send("POST", path, body, stream=True)   # errors raise here, eagerly
+    def _stream(self, path: str, body: dict, assembler: Any,
+                headers: Optional[dict] = None) -> streams.Stream:
+        resp = self._send("POST", path, body, stream=True,   # errors raise here, eagerly
+                          headers=headers)
         return streams.Stream(streams.events(resp), assembler())
 
     def _send(self, method: str, path: str, body: Any, *, stream: bool,

@@ -53,20 +53,26 @@ function _M.decode(endpoint, doc, model)
         return nil, err, param
     end
     local messages, tools, tool_choice = chat.messages, chat.tools, chat.tool_choice
-    chat.messages, chat.tools, chat.tool_choice = nil, nil, nil
+    local origin = chat.origin
+    chat.messages, chat.tools, chat.tool_choice, chat.origin = nil, nil, nil, nil
     chat.stream, chat.stream_options = nil, nil
     return { kind = endpoint.kind, chat = true, api = "anthropic", model = model,
              messages = messages, tools = tools, tool_choice = tools and tool_choice,
+             origin = origin,
              params = chat, inputs = { last_user_text(messages) },
              stream = doc.stream == true, include_usage = true, meta = {} }
 end
 
 -- A backend's refusal names a chat-form field: the caller's own name for it, and the
--- message with it (stop -> stop_sequences; the same names are kept).
+-- message with it (stop -> stop_sequences, messages[N] -> the caller's messages[M]
+-- or system: common.caller_path, with the request `ireq`; the same names are kept).
 local OWN = { stop = "stop_sequences", user = "metadata.user_id",
               parallel_tool_calls = "tool_choice" }
 
-function _M.own_param(param, msg)
+function _M.own_param(param, msg, ireq)
+    if ireq then
+        param = common.caller_path(ireq, param, "messages", ac.call_path)
+    end
     local own = OWN[param]
     if not own then
         return param, msg
@@ -160,6 +166,9 @@ _M.events = stream.events
 
 -- Anthropic backends take tools (sluice.carry).
 _M.tools = true
+
+-- What of the chat form's params an Anthropic backend refuses (sluice.carry).
+_M.refuses = to_anthropic.refuses
 
 function _M.error_message(doc)
     local e = doc.error

@@ -99,7 +99,7 @@ local function image_part(src)
     return nil
 end
 
-local function assistant_message(c, where, seen)
+local function assistant_message(c, where, seen, origin)
     local texts, calls = {}, nil
     for j, b in ipairs(c) do
         local t = type(b) == "table" and b.type
@@ -109,10 +109,11 @@ local function assistant_message(c, where, seen)
             calls = calls or {}
             seen[b.id] = true
             local input = b.input
-            calls[#calls + 1] = { id = b.id, type = "function",
-                                  ["function"] = { name = b.name,
-                                                   arguments = absent(input) and "{}"
-                                                               or encode(input) } }
+            local call = { id = b.id, type = "function",
+                           ["function"] = { name = b.name,
+                                            arguments = absent(input) and "{}" or encode(input) } }
+            calls[#calls + 1] = call
+            origin[call] = j - 1
         elseif t ~= "thinking" and t ~= "redacted_thinking" then   -- reasoning: dropped
             return nil, "an assistant turn cannot carry a " .. tostring(t) .. " block",
                    where .. "[" .. (j - 1) .. "].type"
@@ -123,20 +124,21 @@ local function assistant_message(c, where, seen)
     return msg
 end
 
--- A user turn: its tool results first (OpenAI tool messages), then its other blocks.
-local function user_messages(c, where, seen, out)
+-- A user turn (`turn`, 0-based): its tool results first (OpenAI tool messages), then
+-- its other blocks; where each came from in `origin`.
+local function user_messages(c, where, seen, out, origin, turn)
     local parts = {}
     for j, b in ipairs(c) do
         local t = type(b) == "table" and b.type
         local at = where .. "[" .. (j - 1) .. "]"
+        local p
         if t == "text" then
-            parts[#parts + 1] = { type = "text", text = b.text }
+            p = { type = "text", text = b.text }
         elseif t == "image" then
-            local p = image_part(b.source)
+            p = image_part(b.source)
             if not p then
                 return nil, "an image needs a base64 or url source", at .. ".source"
             end
-            parts[#parts + 1] = p
         elseif t == "tool_result" then
             if not seen[b.tool_use_id] then
                 return nil, "tool_result " .. tostring(b.tool_use_id)
@@ -150,29 +152,57 @@ local function user_messages(c, where, seen, out)
             if b.is_error == true then
                 text = "error: " .. text
             end
-            out[#out + 1] = { role = "tool", tool_call_id = b.tool_use_id, content = text }
+            local m = { role = "tool", tool_call_id = b.tool_use_id, content = text }
+            out[#out + 1] = m
+            origin[m] = turn
         else
             return nil, "a user turn cannot carry a " .. tostring(t) .. " block", at .. ".type"
         end
+        if p then
+            parts[#parts + 1] = p
+            origin[p] = j - 1
+        end
     end
     if #parts > 0 then
-        out[#out + 1] = { role = "user", content = parts }
+        local m = { role = "user", content = parts }
+        out[#out + 1] = m
+        origin[m] = turn
     end
     return true
 end
 
 local CHOICE = { auto = "auto", any = "required", none = "none" }
 
+-- Anthropic request `doc`'s generation parameters in chat's names (stop_sequences ->
+-- stop, metadata.user_id -> user): the chat form's params, and what sluice.carry
+-- checks against a backend before limits count the request.
+function _M.params_of(doc)
+    local params = { max_tokens = doc.max_tokens, temperature = doc.temperature,
+                     top_p = doc.top_p, top_k = doc.top_k, stop = doc.stop_sequences }
+    if type(doc.metadata) == "table" and type(doc.metadata.user_id) == "string" then
+        params.user = doc.metadata.user_id
+    end
+    return params
+end
+
+-- A tool call of the chat form named in the caller's request (common.caller_path):
+-- tool_use block `k` of turn `at`, its `input` for the call's arguments.
+function _M.call_path(at, k, tail)
+    return "messages[" .. at .. "].content[" .. k .. "]"
+           .. (tail == ".function.arguments" and ".input" or "")
+end
+
 -- Anthropic request `doc` -> the chat form's pieces, as one OpenAI chat body
 -- (messages, tools, tool_choice and chat's params; adapters/anthropic.lua splits it).
 function _M.to_chat(doc)
-    local msgs, seen = {}, {}
+    local msgs, seen, origin = {}, {}, {}
     if not absent(doc.system) then
         local s = blocks_text(doc.system)
         if not s then
             return nil, "system must be a string or text blocks", "system"
         end
         msgs[1] = { role = "system", content = s }
+        origin[msgs[1]] = "system"
     end
     if not is_list(doc.messages) then
         return nil, "messages must be a non-empty array", "messages"
@@ -182,25 +212,23 @@ function _M.to_chat(doc)
         local c = type(m) == "table" and m.content
         if type(c) == "string" then
             msgs[#msgs + 1] = { role = m.role, content = c }
+            origin[msgs[#msgs]] = i - 1
         elseif type(c) ~= "table" then
             return nil, "content must be a string or an array of blocks", where
         elseif m.role == "assistant" then
-            local msg, err, param = assistant_message(c, where, seen)
+            local msg, err, param = assistant_message(c, where, seen, origin)
             if not msg then return nil, err, param end
             msgs[#msgs + 1] = msg
+            origin[msg] = i - 1
         else
-            local ok, err, param = user_messages(c, where, seen, msgs)
+            local ok, err, param = user_messages(c, where, seen, msgs, origin, i - 1)
             if not ok then return nil, err, param end
         end
     end
-    local chat = { messages = msgs, max_tokens = doc.max_tokens,
-                   temperature = doc.temperature, top_p = doc.top_p, top_k = doc.top_k,
-                   stop = doc.stop_sequences, stream = doc.stream }
+    local chat = _M.params_of(doc)
+    chat.messages, chat.stream, chat.origin = msgs, doc.stream, origin
     if doc.stream == true then
         chat.stream_options = { include_usage = true }
-    end
-    if type(doc.metadata) == "table" and type(doc.metadata.user_id) == "string" then
-        chat.user = doc.metadata.user_id
     end
     if is_list(doc.tools) then
         local tools = {}

@@ -126,19 +126,30 @@ end
 
 -- OpenAI chat body `chat` -> Anthropic body for model `model_name`; `max_output`
 -- (the model's max_output_tokens) fills max_tokens when the caller set none.
-function _M.from_chat(chat, model_name, max_output)
+-- The first of chat `params` (a chat body's top-level fields) an Anthropic backend has
+-- no place for: its name and why; or nil. Also sluice.carry's, before limits count
+-- the request.
+function _M.refuses(params)
     for _, name in ipairs(NO_PLACE) do
-        local v = chat[name]
+        local v = params[name]
         if not absent(v) and v ~= false and not (name == "n" and v == 1) then
-            return nil, "an Anthropic-protocol backend cannot carry " .. name, name
+            return name, "an Anthropic-protocol backend cannot carry " .. name
         end
     end
-    local rf = chat.response_format
+    local rf = params.response_format
     if type(rf) == "table" and rf.type ~= "text" then
-        return nil, "an Anthropic-protocol backend cannot carry response_format", "response_format"
+        return "response_format", "an Anthropic-protocol backend cannot carry response_format"
     end
-    if type(chat.temperature) == "number" and chat.temperature > 1 then
-        return nil, "an Anthropic-protocol backend takes temperature from 0 to 1", "temperature"
+    if type(params.temperature) == "number" and params.temperature > 1 then
+        return "temperature", "an Anthropic-protocol backend takes temperature from 0 to 1"
+    end
+    return nil
+end
+
+function _M.from_chat(chat, model_name, max_output)
+    local refused, why = _M.refuses(chat)
+    if refused then
+        return nil, why, refused
     end
     local system, msgs = {}, {}
     for i, m in ipairs(chat.messages) do

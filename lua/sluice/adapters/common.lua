@@ -5,7 +5,8 @@
 --     inputs = { ... },      -- one entry per item; chat: the last user message's text
 --     messages = { ... },    -- chat only, as the caller sent them
 --     params = { ... },      -- temperature, max_tokens, threshold, ... (may be empty)
---     stream = bool, include_usage = bool, meta = { ... } }  -- meta: caller echoes
+--     stream = bool, include_usage = bool, meta = { ... },   -- meta: caller echoes
+--     origin = { [message or part or tool call] = where the caller had it } | nil }
 -- Internal response (built by a backend adapter's response):
 --   { outputs = { ... },     -- one entry per input (strings for text kinds)
 --     usage = { prompt_tokens = n, completion_tokens = n } | nil }
@@ -21,6 +22,7 @@ local tonumber = tonumber
 local str_gsub = string.gsub
 local str_find = string.find
 local str_sub = string.sub
+local str_match = string.match
 
 local json_null = cjson.null
 
@@ -135,6 +137,47 @@ function _M.pointer(doc, ptr)
         end
         pos = stop + 1
     end
+end
+
+-- A backend adapter's param `messages[N]…` names the chat form's messages; a caller
+-- whose messages were converted (Anthropic's `system` lifted, Responses' items) gets
+-- the name of its own: ireq.origin (built by its decode, keyed by the chat form's
+-- tables) holds where each message, content part and tool call came from: a 0-based
+-- index in the caller's list `list`, or a name ("system", "instructions"). `call`
+-- (the caller's) names a tool call: call(message index, call index, what follows).
+-- Returns the caller's name, or `param` unchanged when it names no converted message.
+function _M.caller_path(ireq, param, list, call)
+    local origin = ireq and ireq.origin
+    local n, rest = str_match(param or "", "^messages%[(%d+)%](.*)$")
+    if not n or not origin then
+        return param
+    end
+    local m = ireq.messages[tonumber(n) + 1]
+    local at = m and origin[m]
+    if at == nil then
+        return param
+    elseif type(at) == "string" then
+        return at
+    end
+    local j, tail = str_match(rest, "^%.tool_calls%[(%d+)%](.*)$")
+    if j then
+        local tc = type(m.tool_calls) == "table" and m.tool_calls[tonumber(j) + 1]
+        local k = tc and origin[tc]
+        if k then
+            return call(at, k, tail)
+        end
+        return list .. "[" .. at .. "]"
+    end
+    j, tail = str_match(rest, "^%.content%[(%d+)%](.*)$")
+    if j then
+        local part = type(m.content) == "table" and m.content[tonumber(j) + 1]
+        local k = part and origin[part]
+        if not k then
+            return list .. "[" .. at .. "].content"
+        end
+        return list .. "[" .. at .. "].content[" .. k .. "]" .. tail
+    end
+    return list .. "[" .. at .. "]" .. rest
 end
 
 -- Copy of the numeric/string/boolean generation parameters an LLM backend knows.

@@ -214,11 +214,21 @@ local function tools_of(tools, choice)
     return { { functionDeclarations = decls } }, config
 end
 
+-- The first of chat-form `params` a gemini backend has no place for: its name and
+-- why; or nil. Also sluice.carry's, before limits count the request.
+function _M.refuses(params)
+    if type(params.n) == "number" and params.n > 1 then
+        return "n", "a gemini backend answers one choice (n = 1)"
+    end
+    return nil
+end
+
 -- Internal request -> backend path and body, or nil, message, param (a 400).
 function _M.request(ireq, _, model_name)
     local params = ireq.params or {}
-    if type(params.n) == "number" and params.n > 1 then
-        return bad("a gemini backend answers one choice (n = 1)", "n")
+    local refused, why = _M.refuses(params)
+    if refused then
+        return bad(why, refused)
     end
     local body = {}
     if ireq.messages then

@@ -23,6 +23,7 @@ local pairs = pairs
 local ipairs = ipairs
 local tostring = tostring
 local concat = table.concat
+local str_gsub = string.gsub
 
 local json_null = cjson.null
 local array = chat.array
@@ -45,6 +46,31 @@ function _M.unsupported(doc)
         end
     end
     return nil
+end
+
+-- A backend's refusal names a chat-form field: the caller's own name for it, and the
+-- message with it (response_format -> text.format, messages[N] -> input[M] or
+-- instructions: common.caller_path, with the request `ireq`); nil stays nil.
+local OWN = { response_format = "text.format", max_tokens = "max_output_tokens" }
+local CALL_FIELD = { [".function.arguments"] = ".arguments", [".function.name"] = ".name",
+                     [".id"] = ".call_id" }
+
+local function call_path(_, k, tail)
+    return "input[" .. k .. "]" .. (CALL_FIELD[tail] or "")
+end
+
+function _M.own_param(param, msg, ireq)
+    if ireq then
+        param = common.caller_path(ireq, param, "input", call_path)
+    end
+    local own = param and OWN[param]
+    if not own then
+        return param, msg
+    end
+    if type(msg) == "string" then
+        msg = (str_gsub(msg, param, own, 1))
+    end
+    return own, msg
 end
 
 local function part_of(p, where)
@@ -72,7 +98,7 @@ end
 
 -- A message item's content in chat's form: a string, or parts (text-only parts of
 -- a non-user turn joined into a string).
-local function content_of(c, role, where)
+local function content_of(c, role, where, origin)
     if type(c) == "string" then
         return c
     end
@@ -83,6 +109,7 @@ local function content_of(c, role, where)
             return nil, param, msg
         end
         parts[i] = part
+        origin[part] = i - 1
         if part.type == "text" then
             texts[#texts + 1] = part.text
         else
@@ -95,17 +122,21 @@ local function content_of(c, role, where)
     return parts
 end
 
--- Responses `input` (+ instructions) -> chat messages, or nil, param, message.
+-- Responses `input` (+ instructions) -> chat messages and where each came from
+-- (ireq.origin: common.caller_path), or nil, param, message.
 local function messages_of(doc)
-    local messages = {}
+    local messages, origin = {}, {}
     local instructions = doc.instructions
     if type(instructions) == "string" then
         messages[1] = { role = "system", content = instructions }
+        origin[messages[1]] = "instructions"
     end
     local input = doc.input
     if type(input) == "string" then
-        messages[#messages + 1] = { role = "user", content = input }
-        return messages
+        local m = { role = "user", content = input }
+        messages[#messages + 1] = m
+        origin[m] = "input"
+        return messages, origin
     end
     if type(input) ~= "table" then
         return nil, "input", "input must be a string or an array of items"
@@ -118,25 +149,31 @@ local function messages_of(doc)
             if not calls_turn then
                 calls_turn = { role = "assistant", content = json_null, tool_calls = {} }
                 messages[#messages + 1] = calls_turn
+                origin[calls_turn] = i - 1
             end
             local tc = calls_turn.tool_calls
-            tc[#tc + 1] = { id = item.call_id, type = "function",
-                            ["function"] = { name = item.name, arguments = item.arguments } }
+            local call = { id = item.call_id, type = "function",
+                           ["function"] = { name = item.name, arguments = item.arguments } }
+            tc[#tc + 1] = call
+            origin[call] = i - 1
         elseif t == "function_call_output" then
             calls_turn = nil
             local out = item.output
             if type(out) ~= "string" then
                 out = common.content_text(out) or ""
             end
-            messages[#messages + 1] = { role = "tool", tool_call_id = item.call_id,
-                                        content = out }
+            local m = { role = "tool", tool_call_id = item.call_id, content = out }
+            messages[#messages + 1] = m
+            origin[m] = i - 1
         elseif t == "message" or (t == nil and item.role ~= nil) then
-            local content, param, msg = content_of(item.content, item.role, where .. ".content")
+            local content, param, msg = content_of(item.content, item.role, where .. ".content",
+                                                   origin)
             if content == nil then
                 return nil, param, msg
             end
             local m = { role = item.role, content = content }
             messages[#messages + 1] = m
+            origin[m] = i - 1
             -- an assistant's text then its calls: one chat turn
             calls_turn = item.role == "assistant" and type(content) == "string" and m or nil
             if calls_turn then m.tool_calls = {} end
@@ -155,7 +192,7 @@ local function messages_of(doc)
             m.tool_calls = nil
         end
     end
-    return messages
+    return messages, origin
 end
 
 local function tools_of(list)
@@ -203,16 +240,33 @@ local function format_of(text)
                                                    description = f.description } }
 end
 
+-- Responses request `doc`'s generation parameters in chat's names: the chat form's
+-- params, and what sluice.carry checks against a backend before limits count it.
+function _M.params_of(doc)
+    local max = doc.max_output_tokens
+    local params = {
+        temperature = doc.temperature, top_p = doc.top_p,
+        max_tokens = max ~= json_null and max or nil,
+        parallel_tool_calls = doc.parallel_tool_calls,
+        response_format = format_of(doc.text),
+        user = doc.safety_identifier or doc.user,
+    }
+    for k, v in pairs(params) do
+        if v == json_null then params[k] = nil end
+    end
+    return params
+end
+
 -- Caller body -> chat-form internal request, or nil, message, param (a 400).
 function _M.decode(_, doc, model)
     local param, msg = _M.unsupported(doc)
     if param then
         return nil, msg, param
     end
-    local messages
-    messages, param, msg = messages_of(doc)
+    local messages, origin
+    messages, origin, msg = messages_of(doc)
     if not messages then
-        return nil, msg, param
+        return nil, msg, origin
     end
     local last = ""
     for i = #messages, 1, -1 do
@@ -226,20 +280,10 @@ function _M.decode(_, doc, model)
     if param then return nil, msg, param end
     tool_choice, param, msg = tool_choice_of(doc.tool_choice)
     if param then return nil, msg, param end
-    local max = doc.max_output_tokens
-    local params = {
-        temperature = doc.temperature, top_p = doc.top_p,
-        max_tokens = max ~= json_null and max or nil,
-        parallel_tool_calls = doc.parallel_tool_calls,
-        response_format = format_of(doc.text),
-        user = doc.safety_identifier or doc.user,
-    }
-    for k, v in pairs(params) do
-        if v == json_null then params[k] = nil end
-    end
     return { kind = "chat", chat = true, api = "responses", model = model,
              messages = messages, tools = tools, tool_choice = tools and tool_choice,
-             params = params, stream = doc.stream == true, include_usage = true,
+             params = _M.params_of(doc), stream = doc.stream == true, include_usage = true,
+             origin = origin,
              inputs = { last }, meta = { doc = doc } }
 end
 

@@ -129,16 +129,26 @@ local function format_of(rf)
     return { format = { type = rf.type } }
 end
 
--- Internal request -> backend path and body, or nil, message, param (a 400).
-function _M.request(ireq, _, model_name)
-    local params = ireq.params
+-- The first of chat-form `params` a Responses backend has no place for: its name and
+-- why; or nil. Also sluice.carry's, before limits count the request.
+function _M.refuses(params)
     for _, k in ipairs(REFUSED) do
         if present(params[k]) and params[k] ~= false then
-            return nil, k .. " cannot be sent to a Responses backend", k
+            return k, k .. " cannot be sent to a Responses backend"
         end
     end
     if type(params.n) == "number" and params.n > 1 then
-        return nil, "n above 1 cannot be sent to a Responses backend", "n"
+        return "n", "n above 1 cannot be sent to a Responses backend"
+    end
+    return nil
+end
+
+-- Internal request -> backend path and body, or nil, message, param (a 400).
+function _M.request(ireq, _, model_name)
+    local params = ireq.params
+    local refused, why = _M.refuses(params)
+    if refused then
+        return nil, why, refused
     end
     local body = { model = model_name, store = false }
     if ireq.messages then

@@ -9,6 +9,7 @@
 local cjson = require("cjson.safe")
 local chat = require("sluice.adapters.chat")
 local chat_stream = require("sluice.adapters.chat_stream")
+local json_prefix = require("sluice.json_prefix")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -71,7 +72,10 @@ local function events_of(backend, doc, conv)
     return { { text = delta } }
 end
 
--- The argument pieces of each tool call (conv.args), checked once the stream ends.
+-- The argument pieces of each tool call (conv.args), checked as they come (each must
+-- keep them the start of a JSON object: sluice.json_prefix; the piece that breaks
+-- them never reaches the caller) and whole once the stream ends. Returns why the
+-- call's arguments cannot be given to the caller, or nil.
 local function track_args(conv, ev)
     local args = conv.args
     if not args then
@@ -80,10 +84,15 @@ local function track_args(conv, ev)
     end
     local list = args[ev.call]
     if not list then
-        list = {}
+        list = { prefix = json_prefix.new() }
         args[ev.call] = list
     end
-    list[#list + 1] = ev.args or ""
+    local piece = ev.args or ""
+    list[#list + 1] = piece
+    if piece ~= "" and not json_prefix.feed(list.prefix, piece) then
+        return "the backend's tool call arguments are not a JSON object"
+    end
+    return nil
 end
 
 -- Why the streamed tool calls cannot be given to the caller (arguments that are no
@@ -133,7 +142,10 @@ function _M.frames(conv, data, eof, fail)
                 for i = 1, #evs do
                     local ev = evs[i]
                     if ev.call then
-                        track_args(conv, ev)
+                        err = track_args(conv, ev)
+                        if err then
+                            break
+                        end
                     end
                     local s
                     s, err = emit.event(conv, ev)
