@@ -67,6 +67,7 @@ function _M.init(opts)
     internal.init(opts.token)
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
+    require("sluice.redis_caps").configure(opts.redis)     -- (the media caps too)
     usage.init()
     upstream_tls.init()   -- which backend CA locations this config has
     relay.configure(opts.http2)   -- no HTTPS listener: no request is HTTP/2
