@@ -40,9 +40,11 @@ local ngx_req = ngx.req
 local ngx_header = ngx.header
 local ngx_var = ngx.var
 local type = type
+local pairs = pairs
 local select = select
 
 local HEADER = "X-Sluice-Fallback"
+local NONE = {}
 
 local _M = {}
 
@@ -151,6 +153,12 @@ function _M.route(ctx)
     local vendor   -- another vendor of the same model (a retry), not the fallback model
     if not name then
         name = ctx.target.model_name
+    end
+    -- the headers a vendor's mapping put on the last pass's request are not the next's
+    local last = ctx.backend.pool
+    local mapping = last and last.protocol == "vendor" and last.mapping
+    for k in pairs(mapping and mapping.headers or NONE) do
+        ngx_req.clear_header(k)
     end
     local snap = config.get()
     local model = snap and snap.models[name]
