@@ -149,6 +149,18 @@ def test_a_dead_vendor_costs_the_caller_nothing(gateway, helpers, backends, vend
     assert srt == media.subtitles(TEXT, SECONDS, vtt=False)
 
 
+def test_every_vendor_dead_is_one_502_in_the_template(gateway, helpers, backends, vendors,
+                                                     dead_port):
+    asr = [entry(2, None, "asr-json", port=dead_port), entry(3, None, "asr-raw", port=dead_port)]
+    r = gateway.push(snapshot(helpers, backends, vendors, version=5, asr=asr))
+    assert r.status_code == 200, r.text
+    r = requests.post(gateway.url + "/v1/audio/transcriptions", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      data={"model": "asr-demo"}, files={"file": ("f.wav", WAV, "audio/wav")})
+    helpers.assert_error(r, 502, "backend_error")
+    assert "X-Sluice-Fallback" not in r.headers
+
+
 @pytest.mark.parametrize("seconds", [2.25, 30.0])   # in nginx's memory; in its temp file
 def test_every_transcription_answers_with_one_vendor_dead(gateway, helpers, backends, vendors,
                                                           dead_port, seconds):
