@@ -17,7 +17,10 @@ voice agent sends and expects:
   ``response.done`` with ``usage`` (input tokens: the words heard or read, plus one
   per 100 bytes of audio; output tokens: the answer's words)
 - ``demo.close`` (not OpenAI's; for tests): the backend closes the session with the
-  event's ``code`` and ``reason``
+  event's ``code`` and ``reason``; ``demo.large`` (also for tests): an event of that
+  type padded to about ``bytes`` bytes; ``session.update`` with
+  ``demo_fragment_bytes`` N: each ``response.done`` from then on is sent as a
+  fragmented message of N-byte frames
 - anything else: an ``error`` event (the session stays open, as OpenAI's does)
 
 The session object also shows ``demo_offered_protocols``: the subprotocols the caller
@@ -60,6 +63,7 @@ class Session:
         self.audio = bytearray()
         self.heard = ""
         self.heard_audio = 0      # bytes of audio behind `heard`
+        self.fragment = 0         # response.done in frames of this many bytes (0: one)
         self.id = f"sess_{name}_{next(self.ids)}"
 
     def event(self, type_: str, **fields: Any) -> str:
@@ -89,6 +93,7 @@ async def answer(ws: ServerConnection, s: Session, event: dict) -> None:
         mods = (event.get("session") or {}).get("output_modalities")
         if isinstance(mods, list) and mods:
             s.modalities = [str(m) for m in mods]
+        s.fragment = int((event.get("session") or {}).get("demo_fragment_bytes") or 0)
         await ws.send(s.event("session.updated", session=s.session_doc()))
     elif kind == "input_audio_buffer.append":
         try:
@@ -113,6 +118,8 @@ async def answer(ws: ServerConnection, s: Session, event: dict) -> None:
         await ws.send(s.event("conversation.item.created", item=s.item(s.heard)))
     elif kind == "response.create":
         await respond(ws, s)
+    elif kind == "demo.large":   # not OpenAI's: one large event (tests)
+        await ws.send(s.event("demo.large", pad="x" * int(event.get("bytes") or 0)))
     elif kind == "demo.close":   # not OpenAI's: the backend ends the session (tests)
         await ws.close(int(event.get("code") or 1000), str(event.get("reason") or ""))
     else:
@@ -147,9 +154,11 @@ async def respond(ws: ServerConnection, s: Session) -> None:
     usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
     item["content"] = [{"type": "output_audio" if audio else "output_text",
                         "transcript" if audio else "text": " ".join(words)}]
-    await ws.send(s.event("response.done", response={
+    done = s.event("response.done", response={
         "id": rid, "object": "realtime.response", "status": "completed",
-        "output": [item], "usage": usage}))
+        "output": [item], "usage": usage})
+    n = s.fragment
+    await ws.send([done[i:i + n] for i in range(0, len(done), n)] if n else done)
 
 
 def handler(name: str, latency_ms: float):

@@ -10,8 +10,9 @@ time, and two controllers take turns. Counters of an older boot than the cursor'
 (read before a restart, committed after) are ignored; a newer boot starts from zero.
 
 `seed` is what the gateway's quota counters lack: the fleet's usage (today's requests,
-this month's requests and tokens, per consumer on a plan and model) minus what this
-boot of this gateway has already reported, which its own counters hold.
+this month's requests and tokens, today's audio milliseconds, speech characters and
+images: the plans' daily caps; per consumer on a plan and model) minus what this boot
+of this gateway has already reported, which its own counters hold.
 """
 from __future__ import annotations
 
@@ -111,33 +112,44 @@ def ingest(session: Session, gateway_id: int, boot: str, started_at: float,
     return merged
 
 
+# what the push carries of today's rows beside the requests (the gateway's media caps)
+TODAY_FIELDS = ("audio_ms", "input_chars", "images")
+
+
 def fleet(session: Session, today: date) -> dict[tuple[int, str], list[int]]:
     """Per (consumer on a plan, model): [requests today, requests this month, tokens
-    this month], over every gateway."""
+    this month, audio ms today, speech characters today, images today], over every
+    gateway."""
     month_start = today.replace(day=1)
-    stmt = (select(UsageDaily.consumer_id, UsageDaily.model,
-                   func.coalesce(func.sum(UsageDaily.requests)
-                                 .filter(UsageDaily.day == today), 0),
-                   func.sum(UsageDaily.requests), func.sum(UsageDaily.total_tokens))
+
+    def on_today(column):
+        return func.coalesce(func.sum(column).filter(UsageDaily.day == today), 0)
+
+    stmt = (select(UsageDaily.consumer_id, UsageDaily.model, on_today(UsageDaily.requests),
+                   func.sum(UsageDaily.requests), func.sum(UsageDaily.total_tokens),
+                   *(on_today(getattr(UsageDaily, f)) for f in TODAY_FIELDS))
             .join(Consumer, Consumer.id == UsageDaily.consumer_id)
             .where(Consumer.plan_id.is_not(None), UsageDaily.day >= month_start,
                    UsageDaily.day <= today)
             .group_by(UsageDaily.consumer_id, UsageDaily.model))
-    return {(cid, model): [int(d), int(m), int(t)]
-            for cid, model, d, m, t in session.execute(stmt)}
+    return {(row[0], row[1]): [int(v) for v in row[2:]] for row in session.execute(stmt)}
 
 
 def seed(fleet_usage: dict[tuple[int, str], list[int]], own: dict[str, list[int]],
          today: date) -> dict[str, dict[str, list[int]]]:
     """The push body's `usage`: the fleet's figures minus this boot's own reports."""
-    left = {k: list(v) for k, v in fleet_usage.items()}
+    width = 3 + len(TODAY_FIELDS)
+    left = {k: list(v) + [0] * (width - len(v)) for k, v in fleet_usage.items()}
     for key, vals in own.items():
         day, cid, model = parse_key(key)
         got = left.get((cid, model))
         if got is None or (day.year, day.month) != (today.year, today.month):
             continue
+        vals = list(vals) + [0] * (N - len(vals))
         if day == today:
             got[0] -= vals[0]
+            for i, f in enumerate(TODAY_FIELDS, start=3):
+                got[i] -= vals[FIELDS.index(f)]
         got[1] -= vals[0]
         got[2] -= vals[3]
     out: dict[str, dict[str, list[int]]] = {}

@@ -103,8 +103,13 @@
 --    .status             delivery        the subrequest's status before its filters
 --    .vars, .queue       relay           the subrequest's proxying variables; a relayed stream's pieces,
 --                                        their semaphore, the first frame's verdict, the subrequest's thread
---  fallback              fallback        a model's fallback after its backend timed out
---    .to, .body          fallback        armed model, saved body
+--  fallback              fallback        a model's fallback after its backend timed out; another vendor
+--                                        of a media model after one failed
+--    .to, .body          fallback        armed model, saved body (also the upload a vendor conversion read:
+--                                        `fallback.keep`)
+--    .vendors            fallback        a media request of a model with several pools (vendors)
+--    .ctype, .args       fallback        an upload's Content-Type and query string as they came
+--    .retry, .status     fallback        the pool that failed and its status: the next pass goes to another
 --    .taken              fallback        the fallback model the request went to
 --  quota                 policy          what the request holds of its plan's limits
 --    .slot               policy          concurrency key held (`false`: none or given back)

@@ -202,6 +202,28 @@ function _M.take_all(req)
     return nil
 end
 
+-- Count `amounts[i]` on daily counter `keys[i]` (a plan's caps on audio and image
+-- work: sluice.media_caps) against `caps[i]`, all or none; `ttl`: seconds to the end
+-- of the UTC day. Returns nil when admitted (a counter the dict could not count is
+-- set to false in `keys`: nothing held on it), else the index that refused. (Cluster
+-- mode: the counters in Redis, their keys renamed in `keys`; "unavailable", seconds
+-- to wait and a message when Redis fails closed: sluice.redis_caps.)
+function _M.take_caps(keys, amounts, caps, ttl)
+    for i = 1, #keys do
+        local total, err = dict:incr(keys[i], amounts[i], 0, ttl + 60)
+        if not total then
+            ngx_log(ERR, "daily cap unavailable: ", err)
+            keys[i] = false
+        elseif total > caps[i] then
+            for j = 1, i do
+                if keys[j] then dict:incr(keys[j], -amounts[j]) end
+            end
+            return i
+        end
+    end
+    return nil
+end
+
 -- Settle a counter (token reconciliation); a key that has expired is left alone.
 function _M.add(key, delta)
     dict:incr(key, delta)

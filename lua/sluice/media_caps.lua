@@ -6,22 +6,18 @@
 -- next UTC day) and reconciled in the log phase (the seconds the answer reported;
 -- all of it given back when the answer failed).
 --
--- FIXME: the counters live in this gateway's sluice_limits dict ("ma:", "mc:", "mi:"
--- + consumer id + ":" + day): neither shared through Redis in cluster mode nor seeded
--- from the fleet's usage after a restart, as the request and token quotas are.
+-- The counters are "ma:", "mc:", "mi:" + consumer id + ":" + day, in this gateway's
+-- sluice_limits dict (seeded from the fleet's usage after a restart: usage.push), or
+-- in Redis in cluster mode (sluice.redis_caps), as the request quotas are.
 local limits = require("sluice.limits")
 local metrics = require("sluice.metrics")
 
 local ngx = ngx
 local ngx_time = ngx.time
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local os_date = os.date
 local type = type
 local pairs = pairs
 local floor = math.floor
-
-local dict = ngx.shared.sluice_limits
 
 -- bill field -> plan field, counter prefix, unit per bill unit (audio: ms)
 local CAPS = {
@@ -73,27 +69,32 @@ function _M.reserve(ctx, snap, consumer, model_name)
     end
     local now = ngx_time()
     local day, ttl = os_date("!%Y%m%d", now), limits.to_next_day(now)
-    local held = {}
+    local keys, amounts, maxes, which, n = {}, {}, {}, {}, 0
     for i = 1, #CAPS do
-        local field, name, prefix, unit = CAPS[i][1], CAPS[i][2], CAPS[i][3], CAPS[i][4]
-        local cap = caps[field]
+        local cap = caps[CAPS[i][1]]
         if cap then
-            local key = prefix .. consumer.key_id .. ":" .. day
-            local amount = floor(bill[field] * unit + 0.5)
-            local total, err = dict:incr(key, amount, 0, ttl + 60)
-            if not total then
-                ngx_log(ERR, "media cap ", name, ": ", err)
-            elseif total > cap then
-                dict:incr(key, -amount)
-                for k, n in pairs(held) do dict:incr(k, -n) end
-                metrics.inc("sluice_rate_limited_total", 1, model_name, lim.name, name)
-                return 429, "rate_limited", "the plan's " .. name .. " ("
-                       .. floor(cap / unit) .. ") is used up for today",
-                       { retry_after = ttl }
-            else
-                held[key] = amount
-            end
-            bill[field .. "_key"] = key
+            n = n + 1
+            keys[n] = CAPS[i][3] .. consumer.key_id .. ":" .. day
+            amounts[n] = floor(bill[CAPS[i][1]] * CAPS[i][4] + 0.5)
+            maxes[n], which[n] = cap, CAPS[i]
+        end
+    end
+    local refused, wait, why = limits.take_caps(keys, amounts, maxes, ttl)
+    if refused == "unavailable" then   -- cluster mode: Redis down, failure = "closed"
+        return 503, "backend_unavailable", why, { retry_after = wait }
+    elseif refused then
+        local name, unit = which[refused][2], which[refused][4]
+        metrics.inc("sluice_rate_limited_total", 1, model_name, lim.name, name)
+        return 429, "rate_limited", "the plan's " .. name .. " ("
+               .. floor(maxes[refused] / unit) .. ") is used up for today",
+               { retry_after = ttl }
+    end
+    local held = {}
+    for j = 1, n do
+        local key = keys[j]
+        if key then
+            held[key] = amounts[j]
+            bill[which[j][1] .. "_key"] = key
         end
     end
     bill.held = held
@@ -111,14 +112,14 @@ function _M.settle(ctx, status, audio)
     end
     bill.held = nil
     if status >= 400 or status == 202 then   -- failed; or a job, which bills when it runs
-        for k, n in pairs(held) do dict:incr(k, -n) end
+        for k, n in pairs(held) do limits.add(k, -n) end
         return
     end
     local key = bill.audio_key
     if key and audio then
         local diff = floor(audio * 1000 + 0.5) - (held[key] or 0)
         if diff ~= 0 then
-            dict:incr(key, diff, 0)
+            limits.add(key, diff)
         end
     end
 end

@@ -14,6 +14,7 @@ local media = require("sluice.media")
 local multipart = require("sluice.multipart")
 local common = require("sluice.adapters.common")
 local unified = require("sluice.adapters.unified")
+local fallback = require("sluice.fallback")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -110,11 +111,12 @@ end
 
 -- The vendor body for an upload (`form`: sluice.upload's), and its Content-Type; or
 -- nil and why not.
-local function upload_body(mapping, form, values, params)
+local function upload_body(ctx, mapping, form, values, params)
     local raw = whole_body()
     if not raw then
         return nil, "the upload could not be read back"
     end
+    fallback.keep(ctx, raw)   -- the body this replaces, for another vendor's pass
     local parts = multipart.parse(raw, form.boundary)
     local file = parts and (multipart.find(parts, form.file.name))
     if not file or not file.to then
@@ -150,7 +152,7 @@ function _M.prepare(ctx, endpoint, doc, model_name, pool, vendor)
     local values = { model = model_name, input = params.input or params.prompt }
     local body, ctype
     if form then
-        body, ctype = upload_body(mapping, form, values, params)
+        body, ctype = upload_body(ctx, mapping, form, values, params)
         if not body then
             return 500, "internal_error", ctype
         end

@@ -67,6 +67,7 @@ function _M.init(opts)
     internal.init(opts.token)
     pii.configure(opts.log_excerpts)
     require("sluice.redis_limits").configure(opts.redis)   -- cluster mode, when set
+    require("sluice.redis_caps").configure(opts.redis)     -- (the media caps too)
     usage.init()
     upstream_tls.init()   -- which backend CA locations this config has
     relay.configure(opts.http2)   -- no HTTPS listener: no request is HTTP/2
@@ -283,12 +284,14 @@ function _M.log()
     context.recycle(ctx)   -- nothing reads it after this
 end
 
--- @sluice_fallback: a model's fallback after its backend timed out.
+-- @sluice_fallback: a model's fallback after its backend timed out, or another
+-- vendor of the model after one failed (sluice.fallback).
 function _M.fallback()
     local ctx = context.restore()
     local endpoint, doc, pool, backend = fallback.route(ctx)
     if endpoint then
-        local status, _, msg = steps.forward(ctx, endpoint, doc, ctx.fallback.taken, pool, backend)
+        local status, _, msg = steps.forward(ctx, endpoint, doc, ctx.fallback.taken
+                                             or ctx.target.model_name, pool, backend)
         if not status then
             fallback.sent(ctx)
             return deliver(ctx)   -- from here (direct), its TLS location, or relayed

@@ -64,6 +64,8 @@ local ABNORMAL = 1006     -- the socket dropped without a close frame
 local GATEWAY_CLOSE = { idle = { 1000, "idle timeout" }, limit = { 1008, "session length limit" },
                         exiting = { 1001, "gateway restarting" } }
 local DRAIN_S = 2         -- how long a closed caller is given to answer our close frame
+                          -- (and a writer to finish a frame before it: between_frames)
+local TYPE_WITHIN = 256   -- an event's "type" is within its first bytes (gather)
 local DURATION_BUCKETS = { 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600 }
 
 local _M = {}
@@ -79,6 +81,9 @@ metrics.register("sluice_realtime_events_total", "counter",
 
 -- Tokens a `response.done` event reports (OpenAI's Realtime usage), into the session.
 local function read_usage(ctx, data)
+    if not str_find(data, "response.done", 1, true) then
+        return
+    end
     local doc = cjson.decode(data)
     if type(doc) ~= "table" or doc.type ~= "response.done" then
         return
@@ -87,6 +92,37 @@ local function read_usage(ctx, data)
     if type(u) == "table" then
         tokens.add(ctx, u.input_tokens, u.output_tokens, u.total_tokens)
     end
+end
+
+-- A backend's text message that came in fragments (`typ` "text" first, then
+-- "continuation"s, `fin` on the last): gathered in `msg` (a string.buffer, or nil)
+-- while it may be a `response.done`, whose tokens are read at its end; dropped once
+-- its first TYPE_WITHIN bytes are known not to be one (audio deltas are not kept).
+-- Returns the message gathered so far, or nil.
+local function gather(ctx, msg, typ, data, fin)
+    if typ == "text" then
+        if #data >= TYPE_WITHIN and not str_find(data, "response.done", 1, true) then
+            return nil
+        end
+        msg = buffer.new()
+    elseif typ ~= "continuation" or not msg then
+        return nil   -- a binary message's pieces
+    end
+    local before = #msg
+    msg:put(data)
+    if #msg > MAX_PAYLOAD then
+        return nil
+    end
+    if before < TYPE_WITHIN and (#msg >= TYPE_WITHIN or fin) then
+        if not str_find(msg:tostring(), "response.done", 1, true) then
+            return nil
+        end
+    end
+    if fin then
+        read_usage(ctx, msg:tostring())
+        return nil
+    end
+    return msg
 end
 
 -- Frames from `from` to `to` until one side closes or fails. `up`: the caller's side
@@ -98,6 +134,8 @@ local function pump(ctx, s, from, to, up)
     -- frames by sluice.ws_frames on the objects' sockets: a caller's frames come
     -- masked, ours to the backend go masked (we are its client)
     local from_sock, to_sock = from.sock, to.sock
+    local writing = up and "to_backend" or "to_client"   -- s[writing]: a frame half sent
+    local msg   -- a fragmented text message of the backend's (gather)
     while true do
         local data, typ, err = recv_frame(from_sock, MAX_PAYLOAD, up)
         if not data then
@@ -111,7 +149,9 @@ local function pump(ctx, s, from, to, up)
         elseif not s.closing then
             s.last = ngx_now()
             local fin = err ~= "again"
+            s[writing] = true
             local bytes, serr = send_frame(to_sock, fin, OPCODE[typ], data, up)
+            s[writing] = nil
             if not bytes then
                 return other, "lost", nil, serr
             end
@@ -124,9 +164,11 @@ local function pump(ctx, s, from, to, up)
                     s.bytes_out = s.bytes_out + n
                     if fin then
                         s.events_out = s.events_out + 1
-                        if typ == "text" and str_find(data, "response.done", 1, true) then
-                            read_usage(ctx, data)
-                        end
+                    end
+                    if fin and typ == "text" then   -- a message in one frame
+                        read_usage(ctx, data)
+                    elseif msg or not fin then      -- in fragments
+                        msg = gather(ctx, msg, typ, data, fin)
                     end
                 end
             end
@@ -144,7 +186,9 @@ local function watch(s)
         if s.limit_at and now >= s.limit_at then
             return "gateway", "limit"
         end
-        if now - s.last >= s.idle_s then
+        -- (a frame still on its way to a slow reader is no idleness: the socket's own
+        -- timeout ends a reader that takes nothing)
+        if now - s.last >= s.idle_s and not (s.to_client or s.to_backend) then
             return "gateway", "idle"
         end
     end
@@ -152,6 +196,22 @@ end
 
 local function sleeper(seconds)
     ngx_sleep(seconds)
+end
+
+-- Once the session is closing, a writer in the middle of a frame (the other side
+-- reads slowly: a full socket buffer) finishes it before the close frame goes on
+-- that socket: stopped mid-frame, it would leave half a frame there, and the close
+-- frame after it would be garbage to that side. Waits for `s[writing]` to clear, at
+-- most DRAIN_S; true when the socket is between frames.
+local function between_frames(s, writing)
+    local deadline = ngx_now() + DRAIN_S
+    while s[writing] do
+        if ngx_now() >= deadline then
+            return false
+        end
+        ngx_sleep(0.01)
+    end
+    return true
 end
 
 -- The caller has our close frame: the thread reading it (`up`) ends when the caller's
@@ -174,33 +234,44 @@ end
 local function close(s, caller, backend, up, down, by, how, code, reason)
     s.closed_by = by
     s.closing = true
+    local clean   -- the caller's socket is between frames (down stopped)
     if by == "client" then          -- up is done: the backend socket is ours to write
         if how == "close" then
             backend:send_close(code, reason)
+            clean = between_frames(s, "to_client")
             kill(down)
-            caller:send_close(code, reason)   -- the echo RFC 6455 asks for
+            if clean then
+                caller:send_close(code, reason)   -- the echo RFC 6455 asks for
+            end
         else
             backend:send_close(1001, "caller went away")
             kill(down)
             code = ABNORMAL
         end
     else                            -- down is done or stopped: the caller socket is ours
+        clean = between_frames(s, "to_client")
         kill(down)
+        -- up forwards nothing once closing: the backend socket, once between frames
+        local to_backend = how ~= "lost" and between_frames(s, "to_backend")
         if by == "gateway" then
             code, reason = GATEWAY_CLOSE[how][1], GATEWAY_CLOSE[how][2]
-            caller:send_close(code, reason)
-            backend:send_close(code, reason)
+            if clean then caller:send_close(code, reason) end
+            if to_backend then backend:send_close(code, reason) end
         elseif how == "close" then  -- the backend's close frame, passed on, and echoed
-            caller:send_close(code, reason)
-            backend:send_close(code, reason)   -- (up forwards nothing once closing)
+            if clean then caller:send_close(code, reason) end
+            if to_backend then backend:send_close(code, reason) end
             s.failed = code == 1011
         else                        -- the backend's socket dropped, or writing to it failed
             ngx_log(WARN, "realtime backend lost mid-session: ", tostring(reason))
             code = 1011
-            caller:send_close(code, "backend connection lost")
+            if clean then caller:send_close(code, "backend connection lost") end
             s.failed = true
         end
-        drain(up)
+        if clean then
+            drain(up)
+        else
+            kill(up)   -- no close frame to answer: the caller's socket closes now
+        end
     end
     s.close_code = code or NO_STATUS
     backend.sock:close()
@@ -238,9 +309,6 @@ function _M.serve(ctx, protocol)
         ngx_log(WARN, "realtime session thread failed: ", by)
         by, how = "backend", "lost"
     end
-    -- FIXME: a writer stopped while it waits to finish a frame (a full socket buffer)
-    -- leaves half a frame on that socket; the close frame after it is then unreadable
-    -- to that side, which sees the connection drop instead.
     close(s, caller, backend, up, down, by, how, code, reason)
 end
 

@@ -386,5 +386,8 @@ end
 
 _M.NS = NS
 _M.RETRY_S = RETRY_S
+-- for sluice.redis_caps: a script run, a failure noted, a refusal when failing closed
+_M.script, _M.run, _M.failed, _M.up, _M.unavailable = script, run, failed, up, unavailable
+function _M.fails_open() return fail_open end
 
 return _M

@@ -23,8 +23,9 @@ local function takes(pool, endpoint)
 end
 
 -- Access step: the pool of compiled `model` for media `endpoint` (several pools), by
--- weight; nil when none can take the endpoint. `moved`: ctx.target.moved.
-function _M.pool(model, endpoint, moved)
+-- weight, never `skip` (a vendor that just failed: sluice.fallback); nil when none
+-- can take the endpoint. `moved`: ctx.target.moved.
+local function pick(model, endpoint, moved, skip)
     local order, pools = model.pool_order, model.pools
     local now = ngx_now()
     local total, first = 0, nil
@@ -32,7 +33,7 @@ function _M.pool(model, endpoint, moved)
     for i = 1, #order do
         local pool = pools[order[i]]
         local sum = 0
-        if takes(pool, endpoint) then
+        if pool ~= skip and takes(pool, endpoint) then
             first = first or pool
             balancer.refresh(pool, now, moved)
             local eff = pool.eff
@@ -54,6 +55,16 @@ function _M.pool(model, endpoint, moved)
         end
     end
     return first
+end
+
+function _M.pool(model, endpoint, moved)
+    return pick(model, endpoint, moved, nil)
+end
+
+-- @sluice_fallback: another pool than `failed` for a retry of media `endpoint`, by
+-- weight (nil: none other takes it).
+function _M.other(model, endpoint, failed)
+    return pick(model, endpoint, nil, failed)
 end
 
 return _M

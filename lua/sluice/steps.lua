@@ -67,7 +67,8 @@ function _M.forward(ctx, endpoint, doc, model_name, pool, backend)
     -- locations proxy to $sluice_upstream_uri.
     path = shape.apply(ctx, backend, path)   -- a hosted vendor's headers, path and query
     local uri = backend.base_path .. path
-    if delivery.decide(ctx, backend) ~= delivery.DIRECT or ctx.fallback.taken then
+    local fb = ctx.fallback   -- a second pass (@sluice_fallback) proxies the variable
+    if delivery.decide(ctx, backend) ~= delivery.DIRECT or fb.taken or fb.retry then
         ngx_var.sluice_upstream_uri = uri
     elseif uri ~= ctx.req.plain_path then
         req_set_uri(uri)
@@ -284,7 +285,7 @@ function _M.admit(ctx)
     if msg then
         return 500, "internal_error", "the request could not be masked"
     end
-    fallback.arm(ctx, model)   -- before forward() rewrites the body
+    fallback.arm(ctx, model, endpoint)   -- before forward() rewrites the body
     return _M.forward(ctx, endpoint, doc, model_name, pool, backend)
 end
 

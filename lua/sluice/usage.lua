@@ -293,6 +293,13 @@ local function offsets(snap, usage, today, month)
                 if lim.tokens and month then
                     add("tm:" .. cid .. lim.tokens_scope .. ":" .. month, t)
                 end
+                local caps = lim.media_caps   -- today's audio ms, characters, images
+                if caps and today then
+                    local tail = cid .. ":" .. today
+                    if caps.audio then add("ma:" .. tail, tonumber(n[4]) or 0) end
+                    if caps.chars then add("mc:" .. tail, tonumber(n[5]) or 0) end
+                    if caps.images then add("mi:" .. tail, tonumber(n[6]) or 0) end
+                end
             end
         end
     end
@@ -314,7 +321,8 @@ local function validate(doc)
         for model, n in pairs(models) do
             if type(n) ~= "table" then
                 return "usage." .. tostring(cid) .. "." .. tostring(model)
-                       .. ": must be [requests today, requests this month, tokens this month]"
+                       .. ": must be [requests today, requests this month, tokens this month"
+                   .. " (, audio ms, characters, images today)]"
             end
         end
     end
@@ -353,7 +361,7 @@ function _M.push(raw, snap)
     for key, n in pairs(new) do
         local delta = n - (old[key] or 0)
         if delta > 0 then
-            local daily = str_sub(key, 1, 3) == "qd:"
+            local daily = str_sub(key, 2, 3) ~= "m:"   -- "qd:", "ma:", "mc:", "mi:"
             limits_dict:incr(key, delta, 0, daily and day_ttl or month_ttl)
         elseif delta < 0 then
             limits_dict:incr(key, delta)   -- no-op when the counter has expired

@@ -8,7 +8,7 @@ import pytest
 
 from control_plane.db import make_engine, make_sessionmaker
 from control_plane.services import usage_sync
-from control_plane.tables.config import Gateway
+from control_plane.tables.config import Consumer, Gateway, Plan
 from control_plane.tables.records import UsageDaily
 
 TODAY = datetime.now(timezone.utc).date()
@@ -58,15 +58,44 @@ def test_ingest_adds_growth_once_and_survives_replays_and_restarts(sessions):
     assert _usage(sessions) == {(7, "chat", TODAY): (6, 50, 10, 60)}
 
 
+def test_fleet_sums_today_s_media_beside_requests_and_tokens(sessions):
+    """The figures pushed into the plans' quotas and daily caps, over every gateway."""
+    gw = _gateway(sessions, "gw-fleet")
+    with sessions() as s:
+        plan = Plan(name="fleet-plan")
+        s.add(plan)
+        s.flush()
+        c = Consumer(name="fleet-consumer", plan_id=plan.id)
+        s.add(c)
+        s.commit()
+        cid = c.id
+    first = (TODAY.replace(day=1) if TODAY.day > 1 else TODAY).strftime("%Y%m%d")
+    counters = {f"{D}|{cid}|asr": [2, 0, 0, 10, 3000, 7, 1, 0]}
+    if first != D:
+        counters[f"{first}|{cid}|asr"] = [5, 0, 0, 20, 9000, 9, 9, 0]
+    with sessions() as s:
+        usage_sync.ingest(s, gw, "boot-f", 1.0, counters, TODAY)
+    with sessions() as s:
+        got = usage_sync.fleet(s, TODAY)[(cid, "asr")]
+    month = sum(v[0] for v in counters.values())
+    tokens = sum(v[3] for v in counters.values())
+    assert got == [2, month, tokens, 3000, 7, 1]
+
+
 def test_seed_is_the_fleet_minus_this_boots_own_reports():
-    fleet = {(7, "chat"): [10, 25, 900], (8, "chat"): [1, 1, 0]}
+    """Requests today and this month, tokens this month; and today's audio ms, speech
+    characters and images (the plans' daily caps)."""
+    fleet = {(7, "chat"): [10, 25, 900], (8, "chat"): [1, 1, 0],
+             (7, "asr"): [3, 3, 0, 9000, 0, 0], (9, "img"): [2, 2, 0, 0, 40, 5]}
     yesterday = TODAY - timedelta(days=1)
-    own = {f"{D}|7|chat": [4, 0, 0, 300], f"{D}|8|chat": [1, 0, 0, 0]}
+    own = {f"{D}|7|chat": [4, 0, 0, 300], f"{D}|8|chat": [1, 0, 0, 0],
+           f"{D}|7|asr": [1, 0, 0, 0, 2500, 0, 0, 0], f"{D}|9|img": [2, 0, 0, 0, 0, 40, 5, 0]}
     if yesterday.month == TODAY.month:
         own[yesterday.strftime("%Y%m%d") + "|7|chat"] = [2, 0, 0, 100]
-        expected = {"7": {"chat": [6, 19, 500]}}
+        own[yesterday.strftime("%Y%m%d") + "|7|asr"] = [1, 0, 0, 0, 1000, 0, 0, 0]
+        expected = {"7": {"chat": [6, 19, 500, 0, 0, 0], "asr": [2, 1, 0, 6500, 0, 0]}}
     else:
-        expected = {"7": {"chat": [6, 21, 600]}}
+        expected = {"7": {"chat": [6, 21, 600, 0, 0, 0], "asr": [2, 2, 0, 6500, 0, 0]}}
     assert usage_sync.seed(fleet, own, TODAY) == expected
 
 

@@ -378,3 +378,41 @@ def test_a_jobs_run_refused_for_saturation_gives_its_quota_back(shared, helpers,
                       timeout=5)
         holder.join(10)
     assert [call(gw).status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_daily_media_caps_shared(shared, helpers, backends, module_redis):
+    """A plan's max_images_per_day and max_speech_chars_per_day count in Redis: what
+    one gateway reserved, the other sees; a failed answer gives its share back there."""
+    snap = snapshot(helpers, backends, {"rate_per_second": 1000, "max_images_per_day": 5,
+                                        "max_speech_chars_per_day": 12})
+    snap["models"]["image-demo"] = {"id": 2, "name": "image-demo", "timeout_ms": 5000,
+                                    "media_tasks": ["image", "speech"],
+                                    "backends": [backends["openai-a"].entry(2)]}
+    a, b = shared(snap=snap)
+
+    def draw(gw, n, **headers):
+        return requests.post(gw.url + "/v1/images/generations", timeout=10,
+                             json={"model": "image-demo", "prompt": "p", "n": n},
+                             headers={"Authorization": f"Bearer {PLAN_KEY}", **headers})
+
+    def speak(gw, text):
+        return requests.post(gw.url + "/v1/audio/speech", timeout=10,
+                             json={"model": "image-demo", "input": text, "voice": "a"},
+                             headers={"Authorization": f"Bearer {PLAN_KEY}"})
+
+    assert [draw(gw, 2).status_code for gw in (a, b)] == [200, 200]   # 4 of 5
+    assert draw(a, 1, **{"X-Demo-Status": "500"}).status_code >= 500  # given back
+    [key] = quota_keys(module_redis, "mi")
+    wait_until(lambda: module_redis.command("GET", key) == "4", "the failed share back")
+    err = helpers.assert_error(draw(b, 2), 429, "rate_limited")
+    assert "max_images_per_day" in err["message"] and 0 < err["retry_after"] <= 86400
+    assert draw(a, 1).status_code == 200
+    helpers.assert_error(draw(b, 1), 429, "rate_limited")
+    assert module_redis.command("GET", key) == "5"
+    assert 0 < module_redis.command("TTL", key) <= 86400 + 60
+
+    assert speak(a, "eight ch").status_code == 200
+    helpers.assert_error(speak(b, "eight ch"), 429, "rate_limited")
+    assert speak(b, "four").status_code == 200
+    [chars] = quota_keys(module_redis, "mc")
+    assert module_redis.command("GET", chars) == "12"

@@ -45,6 +45,8 @@ MAPPINGS = {
 def vendors():
     started = {p: demo.serve(p, "127.0.0.1", 0, p) for p in ("asr-json", "asr-raw", "tts-json",
                                                                  "ocr-json", "img-json")}
+    started["asr-json-slow"] = demo.serve("asr-json", "127.0.0.1", 0, "asr-json-slow",
+                                          latency_ms=2000)
     yield started
     for s in started.values():
         s.shutdown()
@@ -131,25 +133,87 @@ def test_a_vendor_s_refusal_in_the_template(client):
     assert "lang=zh" in exc.value.body["message"]
 
 
-def test_an_open_circuit_moves_its_share_to_the_other_vendors(gateway, helpers, backends,
-                                                               vendors, dead_port):
+def test_a_dead_vendor_costs_the_caller_nothing(gateway, helpers, backends, vendors,
+                                                 dead_port):
+    """A vendor that cannot be reached: each request it failed is converted again, from
+    the caller's upload, for another vendor; the breaker then moves its share."""
     asr = [entry(2, vendors["asr-json"], "asr-json"),
            entry(6, None, "asr-raw", port=dead_port)]
     r = gateway.push(snapshot(helpers, backends, vendors, asr=asr, breaker=FAST_BREAKER))
     assert r.status_code == 200, r.text
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=helpers.KEY, max_retries=0)
-    failures = 0
-    for _ in range(40):
-        try:
-            backend, t = transcribe(client)
-        except openai.APIStatusError as exc:
-            assert exc.status_code == 502
-            failures += 1
-            continue
+    for _ in range(30):
+        backend, t = transcribe(client, language="zh")
         assert backend == "asr-json" and t.text == TEXT
-    assert 1 <= failures <= 8, failures   # until the dead vendor's circuit opened
-    for _ in range(10):   # open: every request goes to the live vendor
-        assert transcribe(client)[0] == "asr-json"
+    _, srt = transcribe(client, response_format="srt")
+    assert srt == media.subtitles(TEXT, SECONDS, vtt=False)
+
+
+def test_every_vendor_dead_is_one_502_in_the_template(gateway, helpers, backends, vendors,
+                                                     dead_port):
+    asr = [entry(2, None, "asr-json", port=dead_port), entry(3, None, "asr-raw", port=dead_port)]
+    r = gateway.push(snapshot(helpers, backends, vendors, version=5, asr=asr))
+    assert r.status_code == 200, r.text
+    r = requests.post(gateway.url + "/v1/audio/transcriptions", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      data={"model": "asr-demo"}, files={"file": ("f.wav", WAV, "audio/wav")})
+    helpers.assert_error(r, 502, "backend_error")
+    assert "X-Sluice-Fallback" not in r.headers
+
+
+@pytest.mark.parametrize("seconds", [2.25, 30.0])   # in nginx's memory; in its temp file
+def test_every_transcription_answers_with_one_vendor_dead(gateway, helpers, backends, vendors,
+                                                          dead_port, seconds):
+    """Each vendor dead in turn behind asr-demo (the OpenAI one, proxied as it came;
+    the JSON one; the raw one): every transcription answers, in the one shape."""
+    audio = media.wav(seconds, "one-dead")
+    text = media.transcript(audio)[0]
+    live = {"openai-a": {**backends["openai-a"].entry(1)},
+            "asr-json": entry(2, vendors["asr-json"], "asr-json"),
+            "asr-raw": entry(3, vendors["asr-raw"], "asr-raw")}
+    for version, dead in enumerate(live, start=10):
+        asr = [{**b, "port": dead_port, "name": f"dead-{b['id']}"} if name == dead else b
+               for name, b in live.items()]
+        r = gateway.push(snapshot(helpers, backends, vendors, version=version, asr=asr))
+        assert r.status_code == 200, r.text
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=helpers.KEY,
+                               max_retries=0)
+        seen = set()
+        for _ in range(12):
+            r = client.audio.transcriptions.with_raw_response.create(
+                model="asr-demo", file=("call.wav", audio, "audio/wav"),
+                response_format="verbose_json", language="zh")
+            v = r.parse()
+            assert (v.text, v.language) == (text, "zh"), dead
+            seen.add(r.headers.get("x-demo-backend"))
+        assert seen and dead not in seen, (dead, seen)
+
+
+@pytest.mark.parametrize("seconds", [2.25, 30.0])
+@pytest.mark.parametrize("fallback", ["raw-only", "asr-openai"])
+def test_a_fallback_model_gets_the_upload_a_vendor_timed_out_on(gateway, helpers, backends,
+                                                                 vendors, fallback, seconds):
+    """A vendor (JSON with base64 audio) that times out: the fallback model gets the
+    caller's upload as it came, converted for its own vendor or proxied unchanged."""
+    snap = snapshot(helpers, backends, vendors, version=20)
+    snap["models"]["slow-json"] = {
+        "id": 30, "name": "slow-json", "timeout_ms": 300, "fallback_model": fallback,
+        "media_tasks": ["transcription"],
+        "backends": [entry(31, vendors["asr-json-slow"], "asr-json")]}
+    snap["models"]["asr-openai"] = {
+        "id": 32, "name": "asr-openai", "timeout_ms": 5000, "media_tasks": ["transcription"],
+        "backends": [{**backends["openai-a"].entry(33)}]}
+    r = gateway.push(snap)
+    assert r.status_code == 200, r.text
+    audio = media.wav(seconds, "slow-vendor")
+    r = requests.post(gateway.url + "/v1/audio/transcriptions", timeout=10,
+                      headers={"Authorization": f"Bearer {helpers.KEY}"},
+                      data={"model": "slow-json", "response_format": "text"},
+                      files={"file": ("f.wav", audio, "audio/wav")})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Sluice-Fallback"] == fallback
+    assert r.headers["X-Demo-Backend"] == ("asr-raw" if fallback == "raw-only" else "openai-a")
+    assert r.text.strip() == media.transcript(audio)[0]
 
 
 def test_base64_audio_from_a_vendor_leaves_as_bytes(client):

@@ -4,6 +4,9 @@ refusal, and what a session counts in usage and against monthly_tokens."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import struct
 import time
 
 import pytest
@@ -130,6 +133,96 @@ def test_usage_counts_the_session_its_tokens_and_its_seconds(served):
     # one session; "hello there" in, "echo: hello there" out; no audio, characters,
     # images; 2 seconds
     assert delta == [1, 2, 3, 5, 0, 0, 0, 2]
+
+
+def test_tokens_of_a_response_done_in_fragments(served):
+    """The backend sends response.done as a fragmented message (7-byte frames, its
+    "type" split across them): the gateway passes the frames on as they come and still
+    counts the tokens the whole message reports."""
+    key = f"{time.strftime('%Y%m%d', time.gmtime())}|3|rt-demo"   # consumer 3: PLAN_KEY's
+    before = served.usage()["counters"].get(key, [0] * 8)
+    with connect(ws_url(served), additional_headers={"Authorization": f"Bearer {PLAN_KEY}"}) as ws:
+        ws.recv()
+        ws.send(json.dumps({"type": "session.update", "session": {
+            "output_modalities": ["text"], "demo_fragment_bytes": 7}}))
+        ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "hello there"}]}}))
+        ws.send(json.dumps({"type": "response.create"}))
+        while True:
+            event = json.loads(ws.recv())
+            if event["type"] == "response.done":
+                break
+        assert event["response"]["usage"]["total_tokens"] == 5
+
+    def grown():
+        now = served.usage()["counters"].get(key, [0] * 8)
+        return [a - b for a, b in zip(now, before)] if now[0] > before[0] else None
+    assert eventually(grown, timeout=5)[1:4] == [2, 3, 5]   # prompt, completion, total
+
+
+def raw_session(gw, key: str) -> socket.socket:
+    """A WebSocket session on a plain socket, upgraded, that reads only when told (a
+    client library reads the socket on a thread of its own)."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)   # fills soon
+    head = "".join(f"{k}: {v}\r\n" for k, v in upgrade_headers(
+        Authorization=f"Bearer {key}", Host=f"{host}:{port}").items())
+    sock.sendall(f"GET /v1/realtime?model=rt-demo HTTP/1.1\r\n{head}\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def send_text(sock: socket.socket, text: str) -> None:
+    data, mask = text.encode(), os.urandom(4)
+    head = bytes([0x81]) + (bytes([0x80 | len(data)]) if len(data) < 126
+                            else bytes([0x80 | 126]) + struct.pack("!H", len(data)))
+    sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
+        out += chunk
+    return bytes(out)
+
+
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    first, second = read_exact(sock, 2)
+    n = second & 0x7f
+    if n == 126:
+        n = struct.unpack("!H", read_exact(sock, 2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", read_exact(sock, 8))[0]
+    return first & 0x0f, read_exact(sock, n)
+
+
+def test_a_slow_caller_gets_the_whole_event_then_the_close_frame(served):
+    """A 12 MB event to a caller that is not reading when its session reaches the
+    plan's length (2 s): the gateway's writer is mid-frame (the socket buffers are
+    full); the frame is finished before the close frame goes after it, so the caller
+    reads both intact."""
+    sock = raw_session(served, PLAN_KEY)
+    try:
+        opcode, data = read_frame(sock)
+        assert json.loads(data)["type"] == "session.created"
+        send_text(sock, json.dumps({"type": "demo.large", "bytes": 12_000_000}))
+        time.sleep(2.5)   # not reading: the length limit comes while the frame waits
+        opcode, data = read_frame(sock)
+        assert opcode == 0x1 and len(data) > 12_000_000
+        assert json.loads(data)["type"] == "demo.large"
+        opcode, data = read_frame(sock)
+        assert opcode == 0x8, (opcode, data[:40])
+        assert struct.unpack("!H", data[:2])[0] == 1008 and data[2:] == b"session length limit"
+    finally:
+        sock.close()
 
 
 def test_no_backend_accepting_is_502_and_gives_the_session_slot_back(gateway, helpers, backends,

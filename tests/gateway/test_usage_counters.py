@@ -133,6 +133,40 @@ def test_pushed_tokens_fill_the_monthly_token_quota(gateway_factory, helpers, ba
     assert "token quota" in err["message"]
 
 
+def test_pushed_usage_fills_the_daily_media_caps(gateway, helpers, backends):
+    """After a restart the fleet's audio, speech and images of today count against the
+    plan's daily caps (on the module's gateway: a consumer of its own, the next usage
+    version)."""
+    snap = helpers.make_snapshot(1, {"image-demo": (5000, [backends["openai-a"].entry(1)])})
+    snap["models"]["image-demo"]["media_tasks"] = ["image", "speech"]
+    helpers.add_planned(snap, PLAN_KEY, {"max_images_per_day": 5,
+                                         "max_speech_chars_per_day": 10,
+                                         "max_audio_seconds_per_day": 60}, consumer_id=43)
+    assert gateway.push(snap).status_code == 200
+    day, month = today()
+    got = gateway.usage()
+    r = gateway.push_usage({"boot": got["boot"], "version": got["seed_version"] + 1,
+                            "day": day, "month": month,
+                            "usage": {"43": {"image-demo": [3, 3, 0, 2500, 7, 4]}}})
+    assert r.status_code == 200, r.text
+    assert {k: v for k, v in gateway.usage()["offsets"].items() if k[0] == "m"} == {
+        f"ma:43:{day}": 2500, f"mc:43:{day}": 7, f"mi:43:{day}": 4}
+    h = {"Authorization": f"Bearer {PLAN_KEY}"}
+
+    def draw():
+        return requests.post(gateway.url + "/v1/images/generations", headers=h, timeout=10,
+                             json={"model": "image-demo", "prompt": "p"})
+
+    def speak(text):
+        return requests.post(gateway.url + "/v1/audio/speech", headers=h, timeout=10,
+                             json={"model": "image-demo", "input": text, "voice": "a"})
+
+    assert draw().status_code == 200                    # 4 + 1 = 5
+    helpers.assert_error(draw(), 429, "rate_limited")
+    helpers.assert_error(speak("four"), 429, "rate_limited")   # 7 + 4 > 10
+    assert speak("abc").status_code == 200
+
+
 def test_usage_push_without_a_snapshot_is_refused(gateway_factory, helpers):
     gateway = gateway_factory()  # it needs one with no snapshot: a gateway of its own
     day, month = today()
