@@ -104,8 +104,9 @@ def jwt_entry(issuer: JwtIssuer) -> dict[str, Any]:
     return {"id": issuer.id, "name": issuer.name, "issuer": issuer.issuer,
             "audience": issuer.audience, "consumer_claim": issuer.consumer_claim,
             "expires_at": _unix(issuer.expires_at),
+            # retired keys (jwks_uri) verify until the controller drops them
             "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]}
-                     for k in issuer.keys]}
+                     for k in [*issuer.keys, *(issuer.retired_keys or ())]]}
 
 
 def redacted(snap: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 snapshot."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from cryptography.hazmat.primitives import serialization
@@ -145,3 +146,40 @@ def test_content_policy_crud_and_snapshot(api, make):
     assert len(api("get", "/snapshot").get_json()["content_policies"]) == 2
     r = api("post", "/content-policies", json={"name": "bad", "terms": []})
     assert r.status_code == 422 and "terms" in r.get_json()["error"]["fields"]
+
+
+def test_jwt_issuer_by_jwks_uri(api, app, make):
+    one = make("jwt-issuer", name="idp-url",
+               jwks_uri="https://idp.example.com/.well-known/openid-configuration")
+    assert one["jwks_uri"] == "https://idp.example.com/.well-known/openid-configuration"
+    assert (one["keys"], one["retired_keys"]) == ([], [])
+    assert (one["jwks_fetched_at"], one["jwks_last_error"]) == (None, None)
+    # no keys until the controller's first fetch: in the snapshot with none
+    assert api("get", "/snapshot").get_json()["jwt"][str(one["id"])]["keys"] == []
+
+    # pasting a key stops the fetching
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    r = api("patch", f"/jwt-issuers/{one['id']}", json={"pem": _pem(key)})
+    assert r.status_code == 200 and r.get_json()["jwks_uri"] is None
+    assert [k["alg"] for k in r.get_json()["keys"]] == ["ES256"]
+
+    cases = [
+        ({"jwks_uri": "http://idp.example.com/jwks.json"}, "jwks_uri", "https://"),
+        ({"jwks_uri": "ftp://idp.example.com/jwks.json"}, "jwks_uri", "URL"),
+        ({"jwks_uri": "https://idp/jwks?x=1"}, "jwks_uri", "URL"),
+        ({"jwks_uri": "https://idp/jwks", "pem": _pem(key)}, "jwks_uri", "one of"),
+        ({}, "pem", "jwks_uri"),
+    ]
+    for extra, field, words in cases:
+        r = api("post", "/jwt-issuers", json={"name": "bad", **extra})
+        assert r.status_code == 422, (extra, r.get_json())
+        assert words in r.get_json()["error"]["fields"][field], (extra, r.get_json())
+    r = api("patch", f"/jwt-issuers/{one['id']}",
+            json={"jwks_uri": "http://idp.example.com/jwks.json"})
+    assert r.status_code == 422 and "jwks_uri" in r.get_json()["error"]["fields"]
+
+    # SLUICE_JWKS_ALLOW_HTTP (tests and labs) lets plain http through
+    app.config["SLUICE_SETTINGS"] = dataclasses.replace(app.config["SLUICE_SETTINGS"],
+                                                        jwks_allow_http=True)
+    lab = make("jwt-issuer", name="idp-lab", jwks_uri="http://127.0.0.1:9/jwks.json")
+    assert lab["jwks_uri"] == "http://127.0.0.1:9/jwks.json"
