@@ -1,7 +1,7 @@
-"""Fetch a JWT issuer's public keys from its `jwks_uri`: a JWKS document, or an OpenID
+"""Fetch a JWT issuer's JWKS from its `jwks_uri`: a JWKS document, or an OpenID
 Connect discovery document (a URL ending in /.well-known/openid-configuration) whose
 own `jwks_uri` is then fetched. Used by the controller only (controller/jwks_loop.py);
-the gateway's hot path never fetches.
+the gateway's hot path never fetches. services/jwt_keys.py parses the keys.
 
 Redirects are not followed, answers over MAX_BYTES are refused, and a discovered
 `jwks_uri` must be https:// like the configured one (unless http is allowed).
@@ -12,8 +12,6 @@ import json
 from typing import Any
 
 import requests
-
-from control_plane.services import jwt_keys
 
 DISCOVERY_SUFFIX = "/.well-known/openid-configuration"
 MAX_BYTES = 256 * 1024
@@ -28,8 +26,8 @@ def is_discovery(url: str) -> bool:
     return url.rstrip("/").endswith(DISCOVERY_SUFFIX)
 
 
-def fetch_keys(http: requests.Session, url: str, *, allow_http: bool) -> list[dict[str, Any]]:
-    """The keys at `url` as [{kid, alg, pem}] (services/jwt_keys.py); JwksError else."""
+def fetch_jwks(http: requests.Session, url: str, *, allow_http: bool) -> dict[str, Any]:
+    """The JWKS at `url` ({"keys": [...]}, unchecked keys); JwksError else."""
     if is_discovery(url):
         doc = _get_json(http, url)
         jwks_uri = doc.get("jwks_uri") if isinstance(doc, dict) else None
@@ -42,10 +40,7 @@ def fetch_keys(http: requests.Session, url: str, *, allow_http: bool) -> list[di
     doc = _get_json(http, url)
     if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
         raise JwksError(f"{url}: not a JWKS (an object with a list of keys)")
-    try:
-        return jwt_keys.from_jwks(doc)
-    except jwt_keys.KeyError_ as exc:
-        raise JwksError(f"{url}: the JWKS {exc}") from None
+    return doc
 
 
 def _get_json(http: requests.Session, url: str) -> Any:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from control_plane.clients import jwks
 from control_plane.controller import cp_metrics
 from control_plane.controller.fanout import Notes, parallel
-from control_plane.services import jwks_sync
+from control_plane.services import jwks_sync, jwt_keys
 from control_plane.settings import Settings
 
 log = logging.getLogger("sluice.controller.jwks")
@@ -60,10 +60,12 @@ class JwksLoop:
         def one(issuer: tuple[int, str, str]) -> bool:
             issuer_id, name, url = issuer
             try:
-                fetched, error = jwks.fetch_keys(
-                    http, url, allow_http=settings.jwks_allow_http), None
+                fetched, error = jwt_keys.from_jwks(jwks.fetch_jwks(
+                    http, url, allow_http=settings.jwks_allow_http)), None
             except jwks.JwksError as exc:
                 fetched, error = None, str(exc)
+            except jwt_keys.KeyError_ as exc:
+                fetched, error = None, f"{url}: the JWKS {exc}"
             self._note(("jwks", issuer_id),
                        error and f"JWT issuer {name}: keys not fetched: {error}", name)
             if error is None:

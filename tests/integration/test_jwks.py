@@ -182,7 +182,14 @@ def test_a_failing_fetch_keeps_the_last_keys_and_shows_the_error(stack, idp):
     metrics = requests.get(idp.metrics_url, timeout=5).text
     assert 'sluice_jwks_fetch_failures_total{issuer="flaky"}' in metrics, metrics[-2000:]
 
+    # a JWKS that parses but holds no usable key (a shared secret) fails the same way
+    idp.keys["flaky"] = [{"kty": "oct", "k": "c2VjcmV0", "kid": "s"}]
     idp.failing.discard("flaky")
+    eventually(lambda: "kty must be RSA or EC" in (stack.admin.get(
+        "jwt-issuers", issuer["id"])["jwks_last_error"] or ""), timeout=10)
+    assert _status(stack, c, caller) == 200
+
+    idp.keys["flaky"] = [c.jwk]
     eventually(lambda: stack.admin.get("jwt-issuers", issuer["id"])["jwks_last_error"]
                is None, timeout=10)
     assert _status(stack, c, caller) == 200
