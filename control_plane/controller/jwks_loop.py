@@ -35,6 +35,7 @@ class JwksLoop:
         self.next_at = 0.0
         self._thread: threading.Thread | None = None
         self._note = Notes(log)
+        self._names: set[str] = set()   # issuers with metric series
 
     def kick(self, settings: Settings, session_factory: Callable[[], Session]) -> None:
         """Start a round when one is due and none is running; never waits."""
@@ -56,6 +57,7 @@ class JwksLoop:
         """Fetch every issuer's keys and record them; how many issuers' keys changed."""
         with session_factory() as session:
             issuers = jwks_sync.due(session)
+        self._forget({name for _, name, _ in issuers})
 
         def one(issuer: tuple[int, str, str]) -> bool:
             issuer_id, name, url = issuer
@@ -81,3 +83,13 @@ class JwksLoop:
             return changed
         with requests.Session() as http:
             return sum(parallel(issuers, one))
+
+    def _forget(self, names: set[str]) -> None:
+        """Drop the series of issuers deleted, disabled or no longer fetching."""
+        for name in self._names - names:
+            for metric in (cp_metrics.JWKS_FETCH_FAILURES, cp_metrics.JWKS_LAST_SUCCESS):
+                try:
+                    metric.remove(name)
+                except KeyError:
+                    pass
+        self._names = names
