@@ -14,8 +14,9 @@ from control_plane.admin.forms import Input, form_values
 from control_plane.api.backend_fields import to_row as backend_to_row
 from control_plane.api.fleet import gateway_renderer
 from control_plane.api.route_schema import RouteSchema
+from control_plane.api.jwt_issuer_schema import JwtIssuerSchema
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, GatewaySchema,
-                                       JwtIssuerSchema, KeySchema, MappingSchema,
+                                       KeySchema, MappingSchema,
                                        ModelSchema, PlanSchema, Schema, iso)
 from control_plane.api.views import db
 from control_plane.services import presets
@@ -320,6 +321,10 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                             "editing, leave both empty to keep the current keys."),
                  Input("jwks", "JWKS (JSON)", "json", blank_is_absent=True,
                        help='{"keys": [...]} or a single JWK (RS256 or ES256).'),
+                 Input("jwks_uri", "JWKS URL", blank_is_absent=True,
+                       help="https://…/jwks.json, or an OpenID discovery URL (…/.well-"
+                            "known/openid-configuration): the controller fetches the keys "
+                            "and follows their rotation. Instead of a PEM or JWKS."),
                  Input("issuer", "Issuer (iss)", blank_is_null=True,
                        help="Empty: any issuer."),
                  Input("audience", "Audience (aud)", blank_is_null=True,
@@ -332,6 +337,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
          columns=[("Name", lambda j: j.name),
                   ("Keys", lambda j: ", ".join(f"{k['alg']} {k.get('kid') or '(no kid)'}"
                                                for k in j.keys)),
+                  ("Fetched from", lambda j: j.jwks_uri or "—"),
+                  ("Fetch error", lambda j: j.jwks_last_error or "—"),
                   ("Issuer", lambda j: j.issuer or "any"),
                   ("Audience", lambda j: j.audience or "any"),
                   ("Claim", lambda j: j.consumer_claim),

@@ -10,9 +10,8 @@ from control_plane.api import validation as v
 from control_plane.api.backend_fields import PRESET_FIELDS, SHAPE_FIELDS
 from control_plane.api.validation import Field, described
 from control_plane.clients import backend_tls
-from control_plane.services import jwt_keys
 from control_plane.tables.config import (MAX_QUEUE_TIMEOUT_MS, MAX_WEIGHT, METRICS_FORMATS, PRIORITIES,
-                                         PROTOCOLS, ApiKey, Backend, Consumer, Gateway, JwtIssuer,
+                                         PROTOCOLS, ApiKey, Backend, Consumer, Gateway,
                                          Mapping, Model, ModelType, Plan)
 
 MAX_TIMEOUT_MS = 3_600_000
@@ -328,61 +327,6 @@ GATEWAY_REGISTRATION = {
     "sluice_version": Field(label, required=True),
     "leaving": Field(v.boolean),
 }
-
-
-def _keys(parse, schema: dict[str, Any]):
-    @described(schema)
-    def wrapped(value: Any) -> list[dict[str, Any]]:
-        try:
-            return parse(value)
-        except jwt_keys.KeyError_ as exc:
-            raise ValueError(str(exc)) from None
-    return wrapped
-
-
-class JwtIssuerSchema(Schema):
-    """`pem` or `jwks` in, the parsed `keys` out (kid, alg and PEM of each)."""
-    create = {
-        "name": Field(v.name, required=True),
-        "pem": Field(_keys(jwt_keys.from_pem, {"type": "string", "maxLength": 16384}),
-                     write_only=True),
-        "jwks": Field(_keys(jwt_keys.from_jwks, {"type": "object"}), write_only=True),
-        "issuer": Field(v.text(512), nullable=True),
-        "audience": Field(v.text(512), nullable=True),
-        "consumer_claim": Field(v.claim_name),
-        "enabled": Field(v.boolean),
-        "expires_at": Field(v.timestamp, nullable=True),
-    }
-    update = {k: Field(f.parse, nullable=f.nullable, write_only=f.write_only)
-              for k, f in create.items()}
-    read_only = COMMON_READ_ONLY + ("keys",)
-    shown = {**COMMON_SHOWN, "keys": {"type": "array", "items": {
-        "type": "object", "required": ["kid", "alg", "pem"], "additionalProperties": False,
-        "properties": {"kid": {"type": ["string", "null"]}, "alg": {"type": "string"},
-                       "pem": {"type": "string"}}}}}
-
-    @staticmethod
-    def to_row(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
-        """Fold `pem` / `jwks` into the `keys` column; exactly one on create."""
-        given = [f for f in ("pem", "jwks") if f in data]
-        if len(given) > 1:
-            raise v.ValidationError({"jwks": "give either pem or jwks, not both"})
-        if not given:
-            if partial:
-                return data
-            raise v.ValidationError({"pem": "pem or jwks is required"})
-        row = dict(data)
-        row["keys"] = row.pop(given[0])
-        return row
-
-    def render(self, j: JwtIssuer) -> dict[str, Any]:
-        return {"id": j.id, "name": j.name,
-                "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]}
-                         for k in j.keys],
-                "issuer": j.issuer, "audience": j.audience,
-                "consumer_claim": j.consumer_claim, "enabled": j.enabled,
-                "expires_at": iso(j.expires_at), "created_at": iso(j.created_at),
-                "updated_at": iso(j.updated_at)}
 
 
 class ContentPolicySchema(Schema):

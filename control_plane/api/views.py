@@ -16,8 +16,9 @@ from control_plane.api import fleet as fleet_api
 from control_plane.api import telemetry as telemetry_api
 from control_plane.api import tokens as tokens_api
 from control_plane.api.errors import ApiError
+from control_plane.api.jwt_issuer_schema import JwtIssuerSchema
 from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPolicySchema,
-                                       GatewaySchema, JwtIssuerSchema, KeySchema, MappingSchema,
+                                       GatewaySchema, KeySchema, MappingSchema,
                                        ModelSchema, ModelTypeSchema, PlanSchema, Schema)
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError, identifier, validate

@@ -78,3 +78,10 @@ def serve(port: int | None, host: str = "127.0.0.1") -> bool:
     start_http_server(port, addr=host, registry=REGISTRY)
     log.info("control plane metrics on http://%s:%d/metrics", host, port)
     return True
+
+JWKS_FETCH_FAILURES = Counter("sluice_jwks_fetch_failures_total",
+                              "Failed fetches of a JWT issuer's jwks_uri (its last good "
+                              "keys stay in use).", ["issuer"], registry=REGISTRY)
+JWKS_LAST_SUCCESS = Gauge("sluice_jwks_last_success_timestamp_seconds",
+                          "When each JWT issuer's jwks_uri was last fetched successfully "
+                          "(Unix seconds).", ["issuer"], registry=REGISTRY)

@@ -1,23 +1,21 @@
 """The controller process: push the snapshot to every gateway whenever the config
-changes, each SLUICE_WEIGHTS_INTERVAL compute and push the weight table
-(weights_loop.py), each SLUICE_USAGE_INTERVAL collect usage into Postgres and push it
-back (usage_loop.py), and each SLUICE_HEALTH_INTERVAL probe the backends on a
-background thread and push their readiness (health_loop.py). Every call to a gateway
+changes, and on intervals of their own the weight table (weights_loop.py), usage
+(usage_loop.py), backend readiness probed in the background (health_loop.py) and JWT
+issuers' keys fetched by URL in the background (jwks_loop.py). Every call to a gateway
 goes through one GatewayClient (clients/gateway.py).
 
-Each tick reads the config version; every gateway whose acknowledged version differs
-(or that a reload marked) gets the snapshot, built once per version. A gateway that
-fails is retried with exponential backoff, 0.5 s doubling to 30 s, reset on success.
-SIGHUP re-reads the settings (SLUICE_CONFIG included) and re-pushes to every gateway,
-as the first tick after a start does (settings such as SLUICE_BREAKER_* are in it);
-SIGTERM and SIGINT stop the loop after the current tick.
+Each tick reads the config version; every gateway whose acknowledged version differs (or
+that a reload marked) gets the snapshot, built once per version; one that fails is retried
+with exponential backoff (0.5 s doubling to 30 s, reset on success). SIGHUP re-reads the
+settings (SLUICE_CONFIG too) and re-pushes to every gateway, as the first tick after a
+start does (SLUICE_BREAKER_* are in it); SIGTERM and SIGINT stop after the current tick.
 
 Any number of controllers may run: only the one holding the leader lock (leader.py)
-ticks; the others stand by, retrying each second, and take over within a few seconds
-of its death. Versions never go backwards: snapshot versions come from Postgres and
+ticks; the others stand by, retrying each second, and take over within a few seconds of
+its death. Versions never go backwards: snapshot versions come from Postgres and
 gateways refuse older ones; weight, health and usage versions start above what the
-gateways hold. Usage is collected per gateway in one transaction with its cursor
-row locked (services/usage_sync.py), so a takeover counts nothing twice.
+gateways hold. Usage is collected per gateway in one transaction with its cursor row
+locked (services/usage_sync.py), so a takeover counts nothing twice.
 """
 from __future__ import annotations
 
@@ -35,9 +33,9 @@ from sqlalchemy.orm import Session
 
 from control_plane.clients import tracing
 from control_plane.clients.gateway import GatewayClient, GatewayError
-from control_plane.controller import cp_metrics
-from control_plane.controller import telemetry_gauges
+from control_plane.controller import cp_metrics, telemetry_gauges
 from control_plane.controller.health_loop import HealthLoop
+from control_plane.controller.jwks_loop import JwksLoop
 from control_plane.controller.leader import Leadership
 from control_plane.controller.scaling_webhook import ScalingWebhook
 from control_plane.controller.ship_loop import Shipper
@@ -104,6 +102,7 @@ class Controller:
         self.weights = WeightsLoop(self.client, clock)
         self.health = HealthLoop(self.client, clock)
         self.usage = UsageLoop(self.client, clock)
+        self.jwks = JwksLoop(clock)
 
     # public
 
@@ -134,6 +133,7 @@ class Controller:
             self.weights.run(self.settings, self._sessions, gateways, self._snapshot(version))
         if gateways:   # probes run in the background: a hung backend holds no tick
             self.health.kick(self.settings, self._sessions, gateways, self._snapshot(version))
+        self.jwks.kick(self.settings, self._sessions)   # on its own thread too
         if gateways and self.usage.due():
             self.usage.run(self.settings, self._sessions, gateways)
 

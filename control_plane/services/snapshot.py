@@ -101,11 +101,14 @@ def plan_entry(plan: Plan) -> dict[str, Any]:
 
 
 def jwt_entry(issuer: JwtIssuer) -> dict[str, Any]:
+    # keys that left a jwks_uri's set verify until their grace ends; the controller
+    # then drops them with a version bump (a snapshot built later leaves them out too)
+    now = datetime.now(timezone.utc).timestamp()
+    keys = [*issuer.keys, *(r for r in issuer.retired_keys or () if r["until"] > now)]
     return {"id": issuer.id, "name": issuer.name, "issuer": issuer.issuer,
             "audience": issuer.audience, "consumer_claim": issuer.consumer_claim,
             "expires_at": _unix(issuer.expires_at),
-            "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]}
-                     for k in issuer.keys]}
+            "keys": [{"kid": k["kid"], "alg": k["alg"], "pem": k["pem"]} for k in keys]}
 
 
 def redacted(snap: dict[str, Any]) -> dict[str, Any]:

@@ -198,6 +198,17 @@ class Settings:
         "SLUICE_HEALTH_TIMEOUT", parsers.positive_float, 1.0,
         "seconds each readiness probe may take")
 
+    # JWT issuers by jwks_uri (control_plane/controller/jwks_loop.py).
+    jwks_interval: float = setting(
+        "SLUICE_JWKS_INTERVAL", parsers.positive_float, 30.0,
+        "seconds between fetches of each JWT issuer's `jwks_uri`")
+    jwks_grace_s: float = setting(
+        "SLUICE_JWKS_GRACE_S", parsers.positive_float, 600.0,
+        "seconds a key that left an issuer's fetched JWKS keeps verifying")
+    jwks_allow_http: bool = setting(
+        "SLUICE_JWKS_ALLOW_HTTP", parsers.flag, False,
+        "allow a `jwks_uri` over plain http:// (tests and labs)")
+
     # Circuit breaker of every backend, pushed in the snapshot's "breaker" section:
     # open when more than `error_rate` of at least `min_requests` requests failed
     # within `window_s`; after `cooldown_s`, `probes` requests test it (half-open).

@@ -280,8 +280,11 @@ class JwtIssuer(Timestamps, Base):
     """Public keys that sign callers' JWTs, with the checks that go with them.
 
     `keys` is a list of {"kid": str | None, "alg": "RS256" | "ES256", "pem": str},
-    parsed from a PEM or a JWKS by the admin API. The claim `consumer_claim` (default
-    `sub`) names the consumer; other claims become per-request attributes."""
+    parsed from a PEM or a JWKS by the admin API, or fetched from `jwks_uri` by the
+    controller (controller/jwks_loop.py); a fetched key that left the set stays in
+    `retired_keys` (same shape plus `until`, Unix s) for its grace period. The claim
+    `consumer_claim` (default `sub`) names the consumer; other claims become
+    per-request attributes."""
     __tablename__ = "jwt_issuers"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -293,6 +296,10 @@ class JwtIssuer(Timestamps, Base):
                                                 server_default="sub")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    jwks_uri: Mapped[str | None] = mapped_column(String(2048))
+    retired_keys: Mapped[list] = mapped_column(JSONB, default=list, server_default="[]")
+    jwks_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    jwks_last_error: Mapped[str | None] = mapped_column(Text)
 
 
 class ContentPolicy(Timestamps, Base):

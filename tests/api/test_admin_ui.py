@@ -340,7 +340,15 @@ def test_jwt_issuer_from_a_pem_keeps_its_keys_when_edited(ui, api):
     assert (again["issuer"], again["consumer_claim"], again["enabled"]) == (None, "email",
                                                                              False)
     bad = ui("/admin/jwt-issuers/new", {"name": "nokey", "consumer_claim": "sub"})
-    assert "pem or jwks is required" in bad.get_data(as_text=True)
+    assert "pem, jwks or jwks_uri is required" in bad.get_data(as_text=True)
+    bad = ui("/admin/jwt-issuers/new", {"name": "plain", "consumer_claim": "sub",
+                                        "jwks_uri": "http://idp.example/jwks.json"})
+    assert "must be an https:// URL" in bad.get_data(as_text=True)
+    resp = ui("/admin/jwt-issuers/new", {"name": "by-url", "consumer_claim": "sub",
+                                         "jwks_uri": "https://idp.example/jwks.json"})
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    assert "https://idp.example/jwks.json" in \
+        ui.client.get("/admin/jwt-issuers/").get_data(as_text=True)
     bad = ui("/admin/jwt-issuers/new", {"name": "junk", "pem": "not a key",
                                         "consumer_claim": "sub"})
     assert "must be a PEM public key" in bad.get_data(as_text=True)

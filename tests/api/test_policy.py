@@ -2,11 +2,15 @@
 snapshot."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+from control_plane.db import make_engine, make_sessionmaker
+from control_plane.services import jwks_sync
 
 
 def _pem(public_key) -> str:
@@ -145,3 +149,81 @@ def test_content_policy_crud_and_snapshot(api, make):
     assert len(api("get", "/snapshot").get_json()["content_policies"]) == 2
     r = api("post", "/content-policies", json={"name": "bad", "terms": []})
     assert r.status_code == 422 and "terms" in r.get_json()["error"]["fields"]
+
+
+def test_jwt_issuer_by_jwks_uri(api, app, make):
+    one = make("jwt-issuer", name="idp-url",
+               jwks_uri="https://idp.example.com/.well-known/openid-configuration")
+    assert one["jwks_uri"] == "https://idp.example.com/.well-known/openid-configuration"
+    assert (one["keys"], one["retired_keys"]) == ([], [])
+    assert (one["jwks_fetched_at"], one["jwks_last_error"]) == (None, None)
+    # no keys until the controller's first fetch: in the snapshot with none
+    assert api("get", "/snapshot").get_json()["jwt"][str(one["id"])]["keys"] == []
+
+    # pasting a key stops the fetching
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    r = api("patch", f"/jwt-issuers/{one['id']}", json={"pem": _pem(key)})
+    assert r.status_code == 200 and r.get_json()["jwks_uri"] is None
+    assert [k["alg"] for k in r.get_json()["keys"]] == ["ES256"]
+
+    cases = [
+        ({"jwks_uri": "http://idp.example.com/jwks.json"}, "jwks_uri", "https://"),
+        ({"jwks_uri": "ftp://idp.example.com/jwks.json"}, "jwks_uri", "URL"),
+        ({"jwks_uri": "https://idp/jwks?x=1"}, "jwks_uri", "URL"),
+        ({"jwks_uri": "https://idp/jwks", "pem": _pem(key)}, "jwks_uri", "one of"),
+        ({}, "pem", "jwks_uri"),
+    ]
+    for extra, field, words in cases:
+        r = api("post", "/jwt-issuers", json={"name": "bad", **extra})
+        assert r.status_code == 422, (extra, r.get_json())
+        assert words in r.get_json()["error"]["fields"][field], (extra, r.get_json())
+    r = api("patch", f"/jwt-issuers/{one['id']}",
+            json={"jwks_uri": "http://idp.example.com/jwks.json"})
+    assert r.status_code == 422 and "jwks_uri" in r.get_json()["error"]["fields"]
+
+    # SLUICE_JWKS_ALLOW_HTTP (tests and labs) lets plain http through
+    app.config["SLUICE_SETTINGS"] = dataclasses.replace(app.config["SLUICE_SETTINGS"],
+                                                        jwks_allow_http=True)
+    lab = make("jwt-issuer", name="idp-lab", jwks_uri="http://127.0.0.1:9/jwks.json")
+    assert lab["jwks_uri"] == "http://127.0.0.1:9/jwks.json"
+
+
+def test_jwks_fetch_outcomes_reach_the_issuer_and_the_snapshot(api, make, db_url):
+    key_a, key_b = (_pem(ec.generate_private_key(ec.SECP256R1()).public_key())
+                    for _ in range(2))
+    a, b = ({"kid": kid, "alg": "ES256", "pem": pem}
+            for kid, pem in (("a", key_a), ("b", key_b)))
+    issuer = make("jwt-issuer", name="idp-fetched", jwks_uri="https://idp.example/jwks")
+    url = issuer["jwks_uri"]
+    engine = make_engine(db_url)
+    sessions = make_sessionmaker(engine)
+
+    def record(fetched, error=None, url=url):
+        with sessions() as session:
+            return jwks_sync.record(session, issuer["id"], url, fetched, error, 600)
+
+    def version():
+        return api("get", "/config").get_json()["version"]
+
+    def snapshot_pems():
+        return [k["pem"] for k in
+                api("get", "/snapshot").get_json()["jwt"][str(issuer["id"])]["keys"]]
+
+    try:
+        assert record([a]) is True
+        v = version()
+        assert record([a]) is False and version() == v        # unchanged: no bump
+        assert record([b]) is True and version() == v + 1     # A retires
+        shown = api("get", f"/jwt-issuers/{issuer['id']}").get_json()
+        assert [k["kid"] for k in shown["keys"]] == ["b"]
+        assert [k["kid"] for k in shown["retired_keys"]] == ["a"]
+        assert shown["jwks_fetched_at"] and shown["jwks_last_error"] is None
+        assert snapshot_pems() == [key_b, key_a]              # A verifies in its grace
+        assert record(None, "https://idp.example/jwks: HTTP 500") is False
+        shown = api("get", f"/jwt-issuers/{issuer['id']}").get_json()
+        assert shown["jwks_last_error"] == "https://idp.example/jwks: HTTP 500"
+        assert [k["kid"] for k in shown["keys"]] == ["b"]     # the last good set stays
+        # a fetch of a URL the issuer no longer has changes nothing
+        assert record([a], url="https://old.example/jwks") is False
+    finally:
+        engine.dispose()
