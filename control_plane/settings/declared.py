@@ -1,31 +1,20 @@
-"""Every setting, declared once: `Settings`' fields (variable, parser, default, meaning),
-and what is derived from them for the docs (VARIABLES, DESCRIPTIONS), with the
+"""Every setting, declared once: `Settings`' fields (variable, parser, default, meaning;
+the async jobs' and webhooks' in control_plane.settings.jobs), and what is derived from them for the docs (VARIABLES, DESCRIPTIONS), with the
 variables one process reads itself (OTHER_VARIABLES). See control_plane.settings."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from control_plane.settings import parsers
+from control_plane.settings.jobs import JobSettings
 from control_plane.settings.parsers import SettingsError
-
-
-def setting(variable: str, parse: Callable[[str], Any], default: Any, meaning: str, *,
-            default_words: str | None = None, secret: bool = False) -> Any:
-    """A field of `Settings` read from `variable` by `parse`, `default` when unset.
-
-    `meaning` and `default_words` (where the default alone would mislead) are the
-    reference docs' words; a `secret` value is never quoted in an error.
-    """
-    return dataclasses.field(default=default, metadata={
-        "variable": variable, "parse": parse, "meaning": meaning,
-        "default_words": default_words, "secret": secret})
+from control_plane.settings.setting import setting
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(JobSettings):
     database_url: str | None = setting(
         "DATABASE_URL", parsers.database_url, None,
         "PostgreSQL URL",
@@ -314,49 +303,6 @@ class Settings:
         "SLUICE_ADMIN_OTP_REQUIRED", parsers.flag, False,
         "dangerous admin changes need a fresh TOTP code (header X-Sluice-OTP)")
 
-    # Async jobs and the Batch API (docs/contracts.md, "Async jobs"): the broker
-    # (None: `sluice up` starts a private one), where gateways hand async requests to
-    # (None: the admin API's own host and port), the gateway workers send jobs through,
-    # how long a job may run before another worker may take it over (its lease, also
-    # the worker's timeout for the gateway's answer), how long a saturated model's job
-    # keeps waiting before it fails, how often workers sweep for jobs a broker lost.
-    amqp_url: str | None = setting(
-        "SLUICE_AMQP_URL", parsers.amqp_url, None,
-        "`amqp://user:password@host:5672/vhost` (`amqps://` for TLS): the "
-        "broker async jobs are queued in",
-        default_words="none (`sluice up`: a private RabbitMQ under `var/rabbitmq`)", secret=True)
-    jobs_url: str | None = setting(
-        "SLUICE_JOBS_URL", parsers.optional_url, None,
-        "where `sluice gateway` hands async requests (`Prefer: "
-        "respond-async`, `/v1/jobs`, `/v1/files`, `/v1/batches`)",
-        default_words="`http://<SLUICE_API_HOST or 127.0.0.1>:<SLUICE_API_PORT>`")
-    worker_gateway_url: str | None = setting(
-        "SLUICE_WORKER_GATEWAY_URL", parsers.optional_url, None,
-        "the gateway `sluice worker` sends jobs through",
-        default_words="`http://127.0.0.1:<SLUICE_GATEWAY_PORT>`")
-    job_lease_s: float = setting(
-        "SLUICE_JOB_LEASE_S", parsers.positive_float, 660.0,
-        "seconds a running job is a worker's before another may take it "
-        "over; also bounds the worker's wait for the gateway")
-    job_wait_max_s: float = setting(
-        "SLUICE_JOB_WAIT_MAX_S", parsers.positive_float, 3600.0,
-        "seconds a job may keep waiting for room in its model's pool "
-        "before it fails")
-    job_sweep_interval: float = setting(
-        "SLUICE_JOB_SWEEP_INTERVAL", parsers.positive_float, 2.0,
-        "seconds between sweeps for jobs a broker lost or a dead "
-        "worker held")
-    # Webhooks: retried with exponential backoff and jitter for this long, then failed;
-    # callback URLs to loopback, link-local and private addresses only when allowed.
-    webhook_retry_for_s: float = setting(
-        "SLUICE_WEBHOOK_RETRY_FOR_S", parsers.positive_float, 3600.0,
-        "seconds a webhook delivery is retried (exponential "
-        "backoff with jitter) before it is marked failed")
-    webhook_allow_private: bool = setting(
-        "SLUICE_WEBHOOK_ALLOW_PRIVATE", parsers.flag, False,
-        "allow callback URLs to loopback, link-local and "
-        "private addresses (refused by default: SSRF)")
-
     def jobs_service_url(self) -> str:
         """Where gateways proxy async requests: SLUICE_JOBS_URL, else this admin API."""
         if self.jobs_url:
@@ -385,8 +331,12 @@ class Settings:
 
 
 # variable name -> its field of Settings (metadata: parse, meaning, default_words, secret)
+# (Settings' own fields first, then the jobs' it inherits: the reference's order)
+_JOBS = {f.name for f in dataclasses.fields(JobSettings)}
 VARIABLES: dict[str, dataclasses.Field] = {
-    f.metadata["variable"]: f for f in dataclasses.fields(Settings) if f.metadata}
+    f.metadata["variable"]: f
+    for f in sorted(dataclasses.fields(Settings), key=lambda f: f.name in _JOBS)
+    if f.metadata}
 
 # Read outside Settings, by one process each: variable -> (default in words, meaning).
 OTHER_VARIABLES: dict[str, tuple[str, str]] = {
