@@ -120,6 +120,9 @@
 --    .media              media_usage     what audio and image work bills (audio seconds, characters,
 --                                        images) and, on a plan with daily caps, what it holds of them
 --                                        (`media_caps`)
+--  phi                   phi             personal data found (a model or consumer with a `phi_policy`): its
+--                                        compiled policy, hits by class, the placeholders given, the log
+--                                        line's summary
 --  error_type            errors          the error template's type (`errors.note` for a backend's own error,
 --                                        from convert's body filter)
 --

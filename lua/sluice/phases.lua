@@ -19,6 +19,7 @@ local fallback = require("sluice.fallback")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local phi = require("sluice.phi")
 local upstream_tls = require("sluice.upstream_tls")
 local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
@@ -140,8 +141,13 @@ local function send_relayed(ctx, how)
     if status then
         return errors.exit(status, err_type, msg)
     end
+    local body
+    body, status, err_type, msg = phi.answer(ctx, res.body)   -- as it is without a phi_policy
+    if status then
+        return errors.exit(status, err_type, msg)
+    end
     ngx.status = res.status
-    ngx_print(res.body)
+    ngx_print(body)
     return ngx_exit(HTTP_OK)
 end
 
