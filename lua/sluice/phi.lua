@@ -9,7 +9,7 @@
 -- request through it), before it reaches the caller. Streams are passed on
 -- unscanned (docs/phi.md says so).
 --
--- Writes ctx.phi (this module only): { policy, counts = {class -> n}, seen, next,
+-- Writes ctx.body.phi (this module only): { policy, counts = {class -> n}, seen, next,
 -- summary } made on the request's first scan. A request whose model and consumer
 -- have no policy costs two field reads (policy_of) and nothing else.
 local cjson = require("cjson.safe")
@@ -47,12 +47,12 @@ local function policy_of(ctx, model)
     return consumer and consumer.phi or model.phi
 end
 
--- the request's state, made on its first scan (writes ctx.phi)
+-- the request's state, made on its first scan (writes ctx.body.phi)
 local function state_of(ctx, policy)
-    local st = ctx.phi
+    local st = ctx.body.phi
     if not st then
         st = { policy = policy, counts = {}, seen = {}, next = {} }
-        ctx.phi = st
+        ctx.body.phi = st
     end
     return st
 end
@@ -160,16 +160,10 @@ function _M.request(ctx, model, doc)
     return cjson.decode(out) or doc
 end
 
--- Access phase (relay.wanted): must this request's answer pass through the relay to
--- be scanned? Only when a scan of the request made ctx.phi.
-function _M.scans_answer(ctx)
-    return ctx.phi ~= nil
-end
-
 -- Access phase, the relayed answer `body` (not a stream) before it is sent
 -- (phases.send_relayed): returns the body to send, or nil, status, type, message.
 function _M.answer(ctx, body)
-    local st = ctx.phi
+    local st = ctx.body.phi
     if not st or type(body) ~= "string" or body == "" then
         return body
     end

@@ -91,7 +91,7 @@ function _M.wanted(ctx)
         -- relay would read whole; or a phi_policy scanned the request (sluice.phi
         -- scans the whole answer before it is sent)
         local doc = ctx.body.doc
-        if (ctx.fallback.to == nil and ctx.phi == nil) or (doc and doc.stream == true) then
+        if (ctx.fallback.to == nil and ctx.body.phi == nil) or (doc and doc.stream == true) then
             return false
         end
     end
