@@ -59,7 +59,7 @@ CLEAN = ("The patient reported mild pain in the lower back after lifting a heavy
          "a follow-up visit if the pain does not ease within two weeks. ")
 DENSE = ("Patient John Smith (MRN: 48213377, SSN 123-45-6789) lives at 12 Oak Street, "
          "phone (415) 555-0100, john.smith@example.com; 身份证号 11010519491231002X，"
-         "手机 13912345678，银行卡 6222021234567890123。 ")
+         "手机 13912345678，银行卡 6222021234567890128。 ")
 
 
 def chat_body(text: str, kib: int) -> bytes:
