@@ -191,6 +191,56 @@ NEGATIVE = [
 ]
 
 
+# Where the detectors are known to fall short (docs/phi.md, "approximate"): marked
+# "hard", scored by bench/phi.py with the rest, left out of the unit test's floor.
+def _hard_name_en() -> tuple[str, list]:
+    n = name()
+    return f"I met {n} at the pharmacy.", [("name", n)]
+
+
+def _hard_first_name() -> tuple[str, list]:
+    n = rng.choice(FIRST)
+    return f"{n} felt better after the second dose.", [("name", n)]
+
+
+def _hard_record() -> tuple[str, list]:
+    r = digits(8)
+    return f"Record {r} was merged into the new chart.", [("mrn", r)]
+
+
+def _hard_name_zh() -> tuple[str, list]:
+    n = zh_name()
+    return f"{n}昨天来复诊了。", [("name", n)]
+
+
+def _hard_district() -> tuple[str, list]:
+    d = rng.choice(["朝阳区", "浦东新区", "西湖区"])
+    return f"他住在{d}。", [("geo", d)]
+
+
+HARD = [
+    ("en", _hard_name_en), ("en", _hard_first_name),
+    ("en", lambda: ("He moved to Springfield last year.", [("geo", "Springfield")])),
+    ("en", _hard_record),
+    ("en", lambda: (f"Order {rng.randint(2, 9)}{digits(9)} shipped.", [])),
+    ("en", lambda: (f"The trial ended on {rng.randint(2000, 2020)}-0{rng.randint(1, 9)}-"
+                    f"1{rng.randint(0, 9)}.", [])),
+    ("en", lambda: (f"Tracking number {digits(16)} is late.", [])),
+    ("zh", _hard_name_zh), ("zh", _hard_district),
+    ("zh", lambda: (f"快递单号 {digits(12)} 已签收。", [])),
+]
+
+
+def hard_rows(n: int) -> list[dict]:
+    rows = []
+    for i in range(n):
+        lang, make = HARD[i % len(HARD)]
+        text, labels = make()
+        rows.append({"lang": lang, "text": text, "hard": True,
+                     "labels": [{"class": c, "value": v} for c, v in labels]})
+    return rows
+
+
 def labelled(lang: str, template: str, cls: str, make) -> dict:
     value = make()
     text = template.replace("{v}", value)
@@ -217,6 +267,7 @@ def main() -> None:
     for i in range(110):
         lang, make = NEGATIVE[i % len(NEGATIVE)]
         rows.append({"lang": lang, "text": make(), "labels": []})
+    rows.extend(hard_rows(60))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with OUT.open("w", encoding="utf-8") as f:
         for row in rows:
