@@ -236,6 +236,7 @@ function _M.header_filter()
         delivery.note_subrequest(ctx, true)
     end
     convert.header_filter(ctx)
+    phi.header_filter(ctx)   -- a stream under a phi_policy only
     cache.header_filter(ctx)
     splits.header(ctx, ngx_header)
     fallback.header_filter(ctx)
@@ -254,6 +255,7 @@ function _M.body_filter()
         return
     end
     convert.body_filter(ctx)
+    phi.body_filter(ctx)   -- a stream under a phi_policy only
     cache.body_filter(ctx)
     policy.body_filter(ctx)
     if role ~= OWN then   -- a relay's subrequest

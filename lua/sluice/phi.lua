@@ -6,8 +6,8 @@
 --
 -- The request is scanned in access, before conversion (steps); the answer, when it
 -- is not a stream, in the relay (phases.send_relayed: relay.wanted() sends such a
--- request through it), before it reaches the caller. Streams are passed on
--- unscanned (docs/phi.md says so).
+-- request through it), before it reaches the caller; an OpenAI chat stream in the
+-- body filter, across frames (sluice.phi_stream).
 --
 -- Writes ctx.body.phi (this module only): { policy, counts = {class -> n}, seen, next,
 -- summary } made on the request's first scan. A request whose model and consumer
@@ -15,6 +15,7 @@
 local cjson = require("cjson.safe")
 local metrics = require("sluice.metrics")
 local scan = require("sluice.phi_scan")
+local phi_stream = require("sluice.phi_stream")
 
 local ngx = ngx
 local ngx_req = ngx.req
@@ -143,6 +144,7 @@ function _M.request(ctx, model, doc)
         return doc   -- no body, or a multipart upload's on disk: not scanned
     end
     local st = state_of(ctx, policy)
+    st.streaming = type(doc) == "table" and doc.stream == true   -- its answer: body_filter()
     local before = copy(st.counts)
     local out, blocked, err = scan_json(raw, st)
     if not out then
@@ -158,6 +160,29 @@ function _M.request(ctx, model, doc)
     end
     ngx_req.set_body_data(out)
     return cjson.decode(out) or doc
+end
+
+-- Header filter: a streamed answer under a phi_policy changes length (masked, held).
+function _M.header_filter(ctx)
+    local st = ctx.body.phi
+    if st and st.streaming then
+        ngx.header["Content-Length"] = nil
+    end
+end
+
+-- Body filter: a streamed answer under a phi_policy, scanned across frames
+-- (sluice.phi_stream); nothing for any other answer.
+function _M.body_filter(ctx)
+    local st = ctx.body.phi
+    if not st or not st.streaming then
+        return
+    end
+    if not st.answer_before then
+        st.answer_before = copy(st.counts)
+    end
+    if phi_stream.filter(ctx, st) then
+        tally(ctx, st, st.answer_before, "answer")
+    end
 end
 
 -- Access phase, the relayed answer `body` (not a stream) before it is sent

@@ -109,8 +109,9 @@ end
 
 -- Scan `text` with compiled `policy`; count each hit in state.counts[class name].
 -- Returns the text to send (masked, or `text` itself), the first blocked class (or
--- nil), and nil; or nil, nil, err when a pattern failed.
-function _M.scan(text, policy, state)
+-- nil), and nil; or nil, nil, err when a pattern failed. `dry`: only find the hits
+-- (nothing counted; apply() then sends a part of the text).
+function _M.scan(text, policy, state, dry)
     n_hits = 0
     local masks = false
     for i = 1, #policy do
@@ -130,13 +131,15 @@ function _M.scan(text, policy, state)
                 local k = n_hits * 3
                 hits[k + 1], hits[k + 2], hits[k + 3] = from, to, entry
                 n_hits = n_hits + 1
-                local counts = state.counts
-                counts[c.name] = (counts[c.name] or 0) + 1
+                if not dry then
+                    local counts = state.counts
+                    counts[c.name] = (counts[c.name] or 0) + 1
+                end
                 masks = masks or entry.action == "mask"
             end
         end
     end
-    if n_hits == 0 then
+    if n_hits == 0 or dry then
         return text
     end
     local blocked
@@ -175,6 +178,57 @@ function _M.scan(text, policy, state)
         pieces[i] = nil
     end
     return out
+end
+
+-- After a dry scan of `text`: where the part text[lo..] must end so that no hit
+-- straddles its end `hi` (the start of such a hit, less one; or hi).
+function _M.cut(lo, hi)
+    for i = 1, n_hits * 3, 3 do
+        local from, to = hits[i], hits[i + 1]
+        if from >= lo and from <= hi and to > hi and from - 1 < hi then
+            hi = from - 1
+        end
+    end
+    return hi
+end
+
+-- After a dry scan of `text`: text[lo..hi] to send, its hits (those starting at lo or
+-- after) counted in state.counts and masked where the policy masks. Returns the part,
+-- the first blocked class or nil.
+function _M.apply(text, lo, hi, state)
+    local np, last, blocked = 0, lo, nil
+    local n = 0
+    for i = 1, n_hits do
+        local k = i * 3 - 2
+        if hits[k] >= lo and hits[k + 1] <= hi then
+            n = n + 1
+            order[n] = k
+        end
+    end
+    for i = n + 1, #order do
+        order[i] = nil
+    end
+    sort(order, by_start)
+    for i = 1, n do
+        local k = order[i]
+        local from, to, entry = hits[k], hits[k + 1], hits[k + 2]
+        local name = entry.class.name
+        state.counts[name] = (state.counts[name] or 0) + 1
+        if entry.action == "block" then
+            blocked = blocked or name
+        elseif entry.action == "mask" then
+            pieces[np + 1] = str_sub(text, last, from - 1)
+            pieces[np + 2] = placeholder(state, entry.class, str_sub(text, from, to))
+            np = np + 2
+            last = to + 1
+        end
+    end
+    pieces[np + 1] = str_sub(text, last, hi)
+    local out = concat(pieces, "", 1, np + 1)
+    for i = 1, np + 1 do
+        pieces[i] = nil
+    end
+    return out, blocked
 end
 
 -- The last scan's hits as { {class name, from, to}, ... } (tests and bench/phi.py;

@@ -7,6 +7,7 @@ answers what the test says)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
@@ -58,16 +59,44 @@ REPLY = {"text": ""}    # what it answers next
 
 
 class _Scripted(Backend):
-    """An OpenAI chat backend that keeps each request and answers REPLY["text"]."""
+    """An OpenAI chat backend that keeps each request and answers REPLY["text"]; a
+    stream answers REPLY["pieces"], one chunk each, every event written in two halves
+    a moment apart (so frames split events, and events split values)."""
 
     def do_POST(self):
         SAID.append(json.loads(self.read_body()))
+        if SAID[-1].get("stream"):
+            return self._stream()
         self.answer(200, json.dumps({
             "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": REPLY["text"]}}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         }, ensure_ascii=False).encode())
+
+
+    def _stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        events = [{"role": "assistant", "content": ""}] + [{"content": p} for p in REPLY["pieces"]]
+        for i, delta in enumerate(events):
+            body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            raw = b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+            chunk(raw[:len(raw) // 2])
+            time.sleep(0.02)
+            chunk(raw[len(raw) // 2:])
+        end = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        chunk(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        chunk(b"")
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +141,8 @@ def test_phi_mask_in_the_request_same_value_same_placeholder(gateway, helpers, s
     assert sent == ("SSN [SSN_1], again [SSN_1]; call [PHONE_1]; "
                     "身份证号 [CN_ID_1]，手机 [MOBILE_1]，卡 [CARD_1]"), sent
     assert _detections(gw, "phi-mask", "ssn", "request", "mask") == 2
-    line = access_lines(gw, 1)[-1]
+    line = eventually(lambda: next((x for x in access_lines(gw, 1, timeout=0.5)
+                                    if x["model"] == "phi-mask"), None))
     assert line["phi"] == "bank_card:1,cn_mobile:1,cn_resident_id:1,phone:1,ssn:2"
     assert "123-45-6789" not in json.dumps(line)
 
@@ -161,3 +191,36 @@ def test_phi_policy_with_an_unknown_class_is_refused_by_the_gateway(gateway, hel
     snap["models"]["phi-bad"]["phi_policy"] = {"passport": "mask"}
     r = gateway.push(snap)
     assert r.status_code == 400 and "phi_policy.passport: unknown class" in r.text, r.text
+
+
+def _streamed(helpers, gw, model, pieces):
+    """The content the caller gets from a stream of `pieces`, and the raw events."""
+    REPLY["pieces"] = pieces
+    r = helpers.chat(gw, model=model, stream=True,
+                     messages=[{"role": "user", "content": "tell me"}])
+    assert r.status_code == 200, r.text
+    text, events = "", []
+    for line in r.content.decode().split("\n"):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ev = json.loads(line[6:])
+            events.append(ev)
+            if "choices" in ev:
+                text += ev["choices"][0]["delta"].get("content") or ""
+    return text, events
+
+
+def test_phi_in_a_stream_across_frames(gateway, helpers, scripted):
+    gw = _phi(gateway, helpers, scripted, "phi-stream", {"ssn": "block", "*": "mask"})
+    # values split across events: "(415) 55" | "5-0100", a keyword in one and its value
+    # in the next, a Chinese ID over three events, the same e-mail twice
+    pieces = ["Call Dr. Watson at (415) 55", "5-0100 or write a@b.io. MRN:", " 00451234. ",
+              "身份证号 1101051949", "1231", "002X，a@b.io", " thanks"]
+    text, events = _streamed(helpers, gw, "phi-stream", pieces)
+    assert text == ("Call Dr. [NAME_1] at [PHONE_1] or write [EMAIL_1]. MRN: [MRN_1]. "
+                    "身份证号 [CN_ID_1]，[EMAIL_1] thanks"), text
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert _detections(gw, "phi-stream", "email", "answer", "mask") == 2
+    # a blocked class ends the stream with the error template, the value never sent
+    text, events = _streamed(helpers, gw, "phi-stream", ["your SSN is 078-", "05-1120 ok"])
+    assert "078" not in text and "1120" not in json.dumps(events)
+    assert events[-1]["error"]["code"] == 451 and "ssn" in events[-1]["error"]["message"]

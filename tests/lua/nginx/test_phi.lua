@@ -125,6 +125,19 @@ function T.json_literals_escaped_or_not()
     assert(doc.n == 13912345678)   -- numbers are not text
 end
 
+function T.a_dry_scan_cuts_before_a_value_and_sends_part_of_the_text()
+    local policy = scan.compile({ ["*"] = "mask" })
+    local st = state(policy)
+    local text = "ok. Call (415) 555-0100 now"
+    assert(scan.scan(text, policy, st, true) == text and st.counts.phone == nil)
+    local hi = scan.cut(1, 15)            -- inside the number: cut before it
+    assert(hi == 9, hi)
+    local part = scan.apply(text, 1, hi, st)
+    assert(part == "ok. Call " and st.counts.phone == nil)
+    part = scan.apply(text, 10, #text, st)
+    assert(part == "[PHONE_1] now" and st.counts.phone == 1, part)
+end
+
 -- path of the repository's tests/data, from where this file was found
 local function corpus_path()
     local here = package.searchpath("test_phi", package.path)
