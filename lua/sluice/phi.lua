@@ -135,7 +135,7 @@ end
 -- when something was masked), or nil, status, type, message.
 function _M.request(ctx, model, doc)
     local policy = policy_of(ctx, model)
-    if not policy then
+    if not policy or ctx.body.form then   -- an upload (multipart) is not scanned
         return doc
     end
     ngx_req.read_body()
