@@ -153,6 +153,9 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                  Input("mask_pii", "Mask PII", "checkbox", default=False,
                        help="Mask e-mail addresses, phone, national ID and card numbers "
                             "in requests before they reach the backends."),
+                 Input("phi_policy", "PHI policy (JSON)", "json", blank_is_null=True,
+                       help='Personal and health data by class (docs/phi.md), both ways, '
+                            'e.g. {"ssn": "block", "*": "mask"}. Empty: none.'),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda m: m.name), ("Timeout (ms)", lambda m: m.timeout_ms),
                   ("Backends", lambda m: len(m.backends)),
@@ -260,6 +263,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        help='Facts routing rules can test, e.g. {"user_type": "vip"}.'),
                  Input("plan_id", "Plan", "ref", choices=_plan_choices, blank_is_null=True,
                        help="Its rate limits and quotas; none: unlimited."),
+                 Input("phi_policy", "PHI policy (JSON)", "json", blank_is_null=True,
+                       help="Overrides its models' phi_policy (docs/phi.md). Empty: theirs."),
                  Input("enabled", "Enabled", "checkbox", default=True)],
          columns=[("Name", lambda c: c.name),
                   ("Allowed models", lambda c: ", ".join(c.allowed_models)

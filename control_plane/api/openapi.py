@@ -16,7 +16,8 @@ from typing import Any
 
 from flask import Response, jsonify
 
-from control_plane.api import jobs_admin, observability, second_factor, telemetry, tokens, usage
+from control_plane.api import (jobs_admin, observability, phi_schema, second_factor, telemetry,
+                              tokens, usage)
 from control_plane.api.schemas import GATEWAY_REGISTRATION
 from control_plane.api.errors import ERROR_TYPES
 from control_plane.api.validation import Field, Parser, accepts, identifier, returns
@@ -226,6 +227,11 @@ def _other_paths() -> dict[str, Any]:
                                      _object(items={"type": "array", "items": _PRESET}),
                                      summary="hosted vendors a backend can be created "
                                              "from (\"preset\": name)"),
+        p + "/phi-classes": _get("config", "list_phi_classes",
+                                 _object(items={"type": "array",
+                                                "items": phi_schema.CLASS_SHOWN}),
+                                 summary="personal and health data classes a phi_policy "
+                                         "names, with their detectors"),
         p + "/snapshot": _get("config", "get_snapshot",
                               _object(version={"type": "integer"}),
                               summary="the snapshot the gateways get, secrets redacted"),

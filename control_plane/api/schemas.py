@@ -5,7 +5,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from control_plane.api import media_schema
+from control_plane.api import media_schema, phi_schema
 from control_plane.api import validation as v
 from control_plane.api.backend_fields import PRESET_FIELDS, SHAPE_FIELDS
 from control_plane.api.validation import Field, described
@@ -74,7 +74,7 @@ class ModelSchema(Schema):
         "timeout_ms": Field(v.integer(1, MAX_TIMEOUT_MS)),
         "cache_ttl_s": Field(v.integer(0, MAX_CACHE_TTL_S)),
         "cache_shared": Field(v.boolean),
-        "mask_pii": Field(v.boolean),
+        "mask_pii": Field(v.boolean), "phi_policy": phi_schema.FIELD,   # docs/phi.md
         "enabled": Field(v.boolean),
         # the most tokens one answer may ask for (null: the gateway's default bound)
         "max_output_tokens": Field(v.integer(1, MAX_OUTPUT_TOKENS), nullable=True),
@@ -92,7 +92,7 @@ class ModelSchema(Schema):
     def render(self, m: Model) -> dict[str, Any]:
         return {"id": m.id, "name": m.name, "timeout_ms": m.timeout_ms,
                 "cache_ttl_s": m.cache_ttl_s, "cache_shared": m.cache_shared,
-                "mask_pii": m.mask_pii, "enabled": m.enabled,
+                "mask_pii": m.mask_pii, "phi_policy": m.phi_policy, "enabled": m.enabled,
                 "max_output_tokens": m.max_output_tokens,
                 "media_tasks": m.media_tasks, "max_request_bytes": m.max_request_bytes,
                 "weight_coefficients": m.weight_coefficients,
@@ -197,14 +197,14 @@ class ConsumerSchema(Schema):
         "allowed_models": Field(v.name_list, nullable=True),
         "attributes": Field(v.attributes),
         "plan_id": Field(v.identifier, nullable=True),
-        "enabled": Field(v.boolean),
+        "enabled": Field(v.boolean), "phi_policy": phi_schema.FIELD,   # overrides models'
     }
     update = {k: Field(f.parse, nullable=f.nullable) for k, f in create.items()}
 
     def render(self, c: Consumer) -> dict[str, Any]:
         return {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
                 "attributes": c.attributes, "plan_id": c.plan_id,
-                "enabled": c.enabled, "created_at": iso(c.created_at),
+                "enabled": c.enabled, "phi_policy": c.phi_policy, "created_at": iso(c.created_at),
                 "updated_at": iso(c.updated_at)}
 
 

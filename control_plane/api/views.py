@@ -22,7 +22,7 @@ from control_plane.api.schemas import (BackendSchema, ConsumerSchema, ContentPol
                                        ModelSchema, ModelTypeSchema, PlanSchema, Schema)
 from control_plane.api.route_schema import RouteSchema
 from control_plane.api.validation import ValidationError, identifier, validate
-from control_plane.services import presets, snapshot
+from control_plane.services import phi_classes, presets, snapshot
 from control_plane.services.config_state import current_version
 from control_plane.services.resources import (BACKENDS, CONSUMERS, CONTENT_POLICIES, GATEWAYS,
                                               JWT_ISSUERS, KEYS, MAPPINGS, MODEL_TYPES, MODELS,
@@ -228,6 +228,12 @@ register_resource("/keys", KEYS, _key_schema, create_view=create_key,
 def backend_presets() -> Response:
     """The hosted vendors a backend can be created from (services/presets.py)."""
     return jsonify({"items": presets.listing()})
+
+
+@bp.get("/phi-classes")
+def phi_classes_list() -> Response:
+    """The personal and health data classes a phi_policy names (docs/phi.md)."""
+    return jsonify({"items": phi_classes.listing()})
 
 
 @bp.get("/config")

@@ -168,13 +168,16 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
             models[model.name]["media_tasks"] = model.media_tasks
         if model.max_request_bytes is not None:
             models[model.name]["max_request_bytes"] = model.max_request_bytes
+        if model.phi_policy:   # lua/sluice/phi.lua
+            models[model.name]["phi_policy"] = model.phi_policy
     for entry in models.values():   # a disabled fallback is no fallback
         if entry["fallback_model"] not in models:
             entry["fallback_model"] = None
 
     consumers = {
         str(c.id): {"id": c.id, "name": c.name, "allowed_models": c.allowed_models,
-                    "attributes": c.attributes or {}, "plan_id": c.plan_id}
+                    "attributes": c.attributes or {}, "plan_id": c.plan_id,
+                    **({"phi_policy": c.phi_policy} if c.phi_policy else {})}
         for c in session.scalars(select(Consumer).where(Consumer.enabled).order_by(Consumer.id))
     }
 

@@ -43,6 +43,9 @@ class Model(Timestamps, Base):
     # Mask e-mail addresses, phone, national ID and card numbers in requests before
     # they reach this model's backends (lua/sluice/pii.lua).
     mask_pii: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Personal and health data by class, both directions: {"<class>": "mask" | "block"
+    # | "log", "*": the rest} (services/phi_classes.py; lua/sluice/phi.lua); NULL: none.
+    phi_policy: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
     # The most tokens one answer may ask for (max_tokens, max_completion_tokens): the
     # gateway refuses more with 400 (lua/sluice/strict.lua); NULL: its default bound.
     max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -216,6 +219,8 @@ class Consumer(Timestamps, Base):
     # conditions can test; JWT claims are merged over them per request.
     attributes: Mapped[dict] = mapped_column(JSONB, default=dict, server_default="{}")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
+    # Overrides every model's phi_policy for this consumer's requests; NULL: the model's.
+    phi_policy: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
     # NULL: no limits at all (trusted internal callers).
     plan_id: Mapped[int | None] = mapped_column(
         ForeignKey("plans.id", ondelete="RESTRICT"), index=True)

@@ -131,6 +131,10 @@ function _M.put(buf, ctx, now, method, path, status, bytes_sent, consumer, plan,
         buf:put('","audio_seconds":"', count(bill.audio), '","input_chars":"',
                 count(bill.chars), '","images":"', count(bill.images))
     end
+    local phi = ctx.body.phi   -- a model with a phi_policy: hits by class, never values
+    if phi and phi.summary then
+        buf:put('","phi":"', esc(phi.summary))
+    end
     local t = ctx.trace or NOTHING
     buf:put('","trace_id":"', plain(t.id), '","span_id":"', plain(t.span),
             '","parent_span_id":"', plain(t.parent), '"}')

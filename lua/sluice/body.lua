@@ -58,7 +58,7 @@ end
 -- Must the body be decoded for the compiled model `m` at `endpoint`? (An unknown
 -- name: yes, its malformed body is refused before the 404.)
 local function model_needs(m, endpoint)
-    return m == nil or m.cache_ttl > 0 or m.mask_pii or not m.pools[endpoint.native]
+    return m == nil or m.cache_ttl > 0 or m.mask_pii or m.phi or not m.pools[endpoint.native]
 end
 
 -- Must a request at path-named `endpoint` for model or route `name` of compiled

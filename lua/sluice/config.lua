@@ -18,6 +18,7 @@ local shape = require("sluice.shape")
 local same = require("sluice.same").same
 local moved = require("sluice.moved")
 local media = require("sluice.media")
+local phi_scan = require("sluice.phi_scan")
 
 local ngx = ngx
 local ngx_log = ngx.log
@@ -125,6 +126,7 @@ local function compile_model(s, name, m, maps)
              cache_shared = m.cache_shared == true,   -- fallback: sluice.fallback
              fallback = s.models[m.fallback_model] and m.fallback_model or nil,
              mask_pii = m.mask_pii == true,   -- sluice.pii.forward
+             phi = phi_scan.compile(m.phi_policy),   -- sluice.phi (nil: none)
              -- sluice.strict: the max_tokens bound (nil: strict's default)
              max_output_tokens = m.max_output_tokens ~= json_null and m.max_output_tokens or nil,
              media_tasks = media_tasks, max_request_bytes = max_request_bytes,   -- sluice.media
@@ -163,7 +165,8 @@ local function compile_consumers(s)
         local plan = plan_id and s.plans[plan_id]
         consumers[tostring(id)] = { id = c.id, key_id = tostring(id), name = c.name,
                                     allowed = allowed, attributes = c.attributes or {},
-                                    plan_id = plan_id, plan_name = plan and plan.name }
+                                    plan_id = plan_id, plan_name = plan and plan.name,
+                                    phi = phi_scan.compile(c.phi_policy) }
     end
 
     local by_name = {}

@@ -50,10 +50,13 @@
 --    .model_name         steps           the model asked for, then a route's choice (metrics, log)
 --    .model              steps (fallback: its model)  the chosen model (snapshot table)
 --    .route, .route_version  splits      route that chose `model_name`, the version it chose
---  body                  target, pii, phases  the request's body
+--  body                  target, pii, phi, phases  the request's body
 --    .doc, .len          target (fallback: re-encoded)  decoded body (nil when no step reads it: a
 --                                        path-named model forwarded unchanged), its length
 --    .excerpt            pii             masked start of the body, when enabled
+--    .phi                phi             personal data found in the request and its answer (a model or
+--                                        consumer with a `phi_policy`): the compiled policy, hits by class,
+--                                        the placeholders given, the log line's summary
 --    .form               target          an upload's form as `sluice.upload` read it (its small fields, the
 --                                        file part, the boundary); nil for a JSON body
 --    .too_large          phases          the message of a 413 refused in access, for the error page

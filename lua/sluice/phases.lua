@@ -19,6 +19,7 @@ local fallback = require("sluice.fallback")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local phi = require("sluice.phi")
 local upstream_tls = require("sluice.upstream_tls")
 local probes = require("sluice.probes")
 local metrics = require("sluice.metrics")
@@ -141,8 +142,13 @@ local function send_relayed(ctx, how)
     if status then
         return errors.exit(status, err_type, msg)
     end
+    local body
+    body, status, err_type, msg = phi.answer(ctx, res.body)   -- as it is without a phi_policy
+    if status then
+        return errors.exit(status, err_type, msg)
+    end
     ngx.status = res.status
-    ngx_print(res.body)
+    ngx_print(body)
     return ngx_exit(HTTP_OK)
 end
 
@@ -231,6 +237,7 @@ function _M.header_filter()
         delivery.note_subrequest(ctx, true)
     end
     convert.header_filter(ctx)
+    phi.header_filter(ctx)   -- a stream under a phi_policy only
     cache.header_filter(ctx)
     splits.header(ctx, ngx_header)
     fallback.header_filter(ctx)
@@ -249,6 +256,7 @@ function _M.body_filter()
         return
     end
     convert.body_filter(ctx)
+    phi.body_filter(ctx)   -- a stream under a phi_policy only
     cache.body_filter(ctx)
     policy.body_filter(ctx)
     if role ~= OWN then   -- a relay's subrequest

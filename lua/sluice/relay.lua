@@ -88,9 +88,10 @@ function _M.wanted(ctx)
         -- proxied unchanged: only when its model has a fallback (nginx intercepts no
         -- backend answer, so only the relay sees a backend's own 504 before it is
         -- sent, and falls back on it: intercepted()); never a stream, which the
-        -- relay would read whole
+        -- relay would read whole; or a phi_policy scanned the request (sluice.phi
+        -- scans the whole answer before it is sent)
         local doc = ctx.body.doc
-        if ctx.fallback.to == nil or (doc and doc.stream == true) then
+        if (ctx.fallback.to == nil and ctx.body.phi == nil) or (doc and doc.stream == true) then
             return false
         end
     end
@@ -98,10 +99,11 @@ function _M.wanted(ctx)
 end
 
 -- Would the compiled model `m` need the relay for `req` ({ endpoint, streaming })?
--- It converts, or has a fallback and the request is no stream.
+-- It converts, or has a fallback or a phi_policy (sluice.phi scans the answer) and
+-- the request is no stream.
 local function relayed_for(m, req)
     return m ~= nil and (not m.pools[req.endpoint.native]
-                         or (m.fallback ~= nil and not req.streaming))
+                         or ((m.fallback ~= nil or m.phi ~= nil) and not req.streaming))
 end
 
 -- Access phase, before anything is counted: an HTTP/2 request that the relay may

@@ -20,6 +20,7 @@ local health = require("sluice.health")
 local admission = require("sluice.admission")
 local usage = require("sluice.usage")
 local pii = require("sluice.pii")
+local phi = require("sluice.phi")
 local jobs = require("sluice.jobs")
 local upstream_tls = require("sluice.upstream_tls")
 local strict = require("sluice.strict")
@@ -284,6 +285,11 @@ function _M.admit(ctx)
     doc, msg = pii.forward(model, doc)   -- the fallback, if any, gets the masked body too
     if msg then
         return 500, "internal_error", "the request could not be masked"
+    end
+    local phi_status, phi_type
+    doc, phi_status, phi_type, msg = phi.request(ctx, model, doc)   -- nothing without a phi_policy
+    if phi_status then
+        return phi_status, phi_type, msg
     end
     fallback.arm(ctx, model, endpoint)   -- before forward() rewrites the body
     return _M.forward(ctx, endpoint, doc, model_name, pool, backend)

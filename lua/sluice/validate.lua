@@ -14,6 +14,7 @@ local media = require("sluice.media")
 local x509 = require("openssl.x509")
 local pkey = require("openssl.pkey")
 local shape = require("sluice.shape")
+local phi_scan = require("sluice.phi_scan")
 
 local re_find = ngx.re.find
 local type = type
@@ -204,6 +205,7 @@ function _M.snapshot(s)
     local perr = plans.validate(s.plans) or jwt.validate(s.jwt)
                  or content.validate(s.content_policies) or splits.validate(s.routes, s.models)
                  or admission.validate(s) or realtime_plans.validate(s.plans)
+                 or phi_scan.validate_snapshot(s)
     if perr then return nil, perr end
     for hash, k in pairs(s.keys) do
         local where = "keys." .. tostring(hash)

@@ -31,7 +31,8 @@ DERANDOMIZE = "SLUICE_FUZZ_EXAMPLES" not in os.environ
 # Group -> the first segment after /api/v1 of the paths it fuzzes. A resource's
 # collection and items stay together (what one operation creates, the next may read).
 GROUPS = {
-    "catalog": ("models", "backends", "backend-presets", "model-types", "mappings", "routes"),
+    "catalog": ("models", "backends", "backend-presets", "model-types", "mappings", "routes",
+                "phi-classes"),
     "access": ("consumers", "keys", "plans", "jwt-issuers", "content-policies", "tokens",
                "second-factor"),
     "fleet": ("gateways", "telemetry", "controllers", "fleet", "config", "snapshot",
