@@ -17,7 +17,9 @@ TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_sta
           "controllers",
           # async jobs (0016)
           "jobs", "webhook_secrets", "webhook_deliveries", "batch_files", "batches",
-          "model_types"}
+          "model_types",
+          # hash-chained logs (0027)
+          "log_chains", "log_anchors"}
 
 
 def _inspect(url):
