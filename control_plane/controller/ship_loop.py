@@ -194,9 +194,9 @@ class Shipper:
                 data, new_offset = got_lines
                 rows_total += self._copy(conn, source.name, data, records, chain)
                 moved[inode] = new_offset
-            chain.close(lambda seq: conn.execute(text(
-                "SELECT id FROM inference_logs WHERE gateway = :g AND chain_seq = :s"),
-                {"g": source.name, "s": seq}).scalar())
+            # the head row is the last one COPYed in this session
+            chain.close(lambda: conn.execute(text(
+                "SELECT currval(pg_get_serial_sequence('inference_logs', 'id'))")).scalar())
             for inode, offset in moved.items():
                 conn.execute(text(
                     "INSERT INTO log_checkpoints (source, inode, \"offset\", updated_at) "

@@ -108,40 +108,32 @@ def delete_older_than(engine: Engine, cutoff: datetime,
         names = [n for n in log_chain.chains(conn) if n.startswith(log_chain.INFERENCE)]
     for name in names:
         gateway = name[len(log_chain.INFERENCE):]
+        mine = (InferenceLog.gateway == gateway, InferenceLog.chain_seq.is_not(None))
         with engine.begin() as conn:
-            upto = _old_end(conn, gateway, cutoff)
-            if upto is None:
-                continue
-            last = conn.execute(select(InferenceLog.id, InferenceLog.row_hash).where(
-                InferenceLog.gateway == gateway, InferenceLog.chain_seq == upto)
-                .order_by(InferenceLog.id).limit(1)).one_or_none()
+            last = _old_end(conn, mine, cutoff)
             if last is None:
                 continue
             anchored = conn.execute(text(
                 "SELECT 1 FROM log_anchors WHERE chain = :c AND seq = :s AND "
-                "kind = 'retention'"), {"c": name, "s": upto}).first()
+                "kind = 'retention'"), {"c": name, "s": last.chain_seq}).first()
             if anchored is None:
-                log_chain.add_anchor(conn, name, upto, last.id, bytes(last.row_hash),
-                                     "retention")
-        removed += _delete_batches(engine, (InferenceLog.gateway == gateway,
-                                            InferenceLog.chain_seq <= upto), batch)
+                log_chain.add_anchor(conn, name, last.chain_seq, last.id,
+                                     bytes(last.row_hash), "retention")
+        removed += _delete_batches(engine, (*mine, InferenceLog.id <= last.id), batch)
     return removed
 
 
-def _old_end(conn, gateway: str, cutoff: datetime) -> int | None:
-    """The chain_seq of the last row of `gateway`'s chain to remove; None: none."""
-    seq = InferenceLog.chain_seq
-    mine = (InferenceLog.gateway == gateway, seq.is_not(None))
-    keep = conn.execute(select(seq).where(*mine, InferenceLog.ts >= cutoff)
-                        .order_by(seq).limit(1)).scalar()
+def _old_end(conn, mine: tuple, cutoff: datetime):
+    """The last row of a chain to remove (id, chain_seq, row_hash): the one before its
+    first row with ts >= cutoff; None: none. Within a chain id order is chain order
+    (one shipper at a time appends, in order), so the primary key finds it without an
+    index of its own."""
+    keep = conn.execute(select(InferenceLog.id).where(*mine, InferenceLog.ts >= cutoff)
+                        .order_by(InferenceLog.id).limit(1)).scalar()
+    q = select(InferenceLog.id, InferenceLog.chain_seq, InferenceLog.row_hash).where(*mine)
     if keep is not None:
-        upto = keep - 1
-    else:
-        upto = conn.execute(select(func.max(seq)).where(*mine)).scalar()
-    oldest = conn.execute(select(func.min(seq)).where(*mine)).scalar()
-    if upto is None or oldest is None or upto < oldest:
-        return None
-    return upto
+        q = q.where(InferenceLog.id < keep)
+    return conn.execute(q.order_by(InferenceLog.id.desc()).limit(1)).one_or_none()
 
 
 def _delete_batches(engine: Engine, where: tuple, batch: int) -> int:

@@ -70,8 +70,8 @@ class Appender:
         self.hash = _sha256(prev + inference_content(self.seq, row)).digest()
         return self.seq, prev, self.hash
 
-    def close(self, row_id_of) -> None:
-        """`row_id_of(seq)`: the id the head row got (asked only when anchoring)."""
+    def close(self, head_row_id) -> None:
+        """`head_row_id()`: the id the head row got (asked only when anchoring)."""
         if self.seq == self.start:
             return
         due = (self.seq - self.anchored_seq >= ANCHOR_ROWS
@@ -82,7 +82,7 @@ class Appender:
             + (", anchored_seq = :s, anchored_at = now()" if due else "")
             + " WHERE name = :n"), {"s": self.seq, "h": self.hash, "n": self.name})
         if due:
-            add_anchor(self.conn, self.name, self.seq, row_id_of(self.seq), self.hash,
+            add_anchor(self.conn, self.name, self.seq, head_row_id(), self.hash,
                        "periodic")
 
 

@@ -114,8 +114,6 @@ def upgrade() -> None:
         op.add_column(table, sa.Column("chain_seq", sa.BigInteger(), nullable=True))
         op.add_column(table, sa.Column("prev_hash", sa.LargeBinary(), nullable=True))
         op.add_column(table, sa.Column("row_hash", sa.LargeBinary(), nullable=True))
-    op.create_index("ix_inference_logs_gateway_chain_seq", "inference_logs",
-                    ["gateway", "chain_seq"])
     op.create_index("ix_audit_log_chain_seq", "audit_log", ["chain_seq"])
     op.execute("INSERT INTO log_chains (name) VALUES ('audit')")
     op.execute(AUDIT_CHAIN)
@@ -127,7 +125,6 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION audit_log_chain()")
     op.execute("DROP FUNCTION audit_log_content(audit_log)")
     op.drop_index("ix_audit_log_chain_seq", table_name="audit_log")
-    op.drop_index("ix_inference_logs_gateway_chain_seq", table_name="inference_logs")
     for table in ("audit_log", "inference_logs"):
         for column in ("row_hash", "prev_hash", "chain_seq"):
             op.drop_column(table, column)
