@@ -1,4 +1,4 @@
-"""Hash chains over the audit trail and the inference log (docs/audit-chain.md).
+"""Hash chains over the audit trail and the inference log (docs/security.md, "Logs no one can quietly change").
 
 Each chained row carries `chain_seq` (1, 2, 3, … within its chain), `prev_hash` (the
 row before's `row_hash`; 32 zero bytes for the first) and

@@ -1,7 +1,7 @@
 """Hash-chained logs: audit_log and inference_logs rows carry chain_seq, prev_hash and
 row_hash (sha256 of prev_hash and the row's content); log_chains holds each chain's
 head, log_anchors the periodic anchors an operator exports and keeps elsewhere
-(docs/audit-chain.md).
+(docs/security.md, "Logs no one can quietly change").
 
 audit_log is chained by a BEFORE INSERT trigger (every writer, one row lock on the
 chain's head, so concurrent transactions chain in commit order); its existing rows are
