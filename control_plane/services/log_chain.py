@@ -1,4 +1,5 @@
-"""Hash chains over the audit trail and the inference log (docs/security.md, "Logs no one can quietly change").
+"""Hash chains over the audit trail and the inference log (docs/security.md, "Logs no
+one can quietly change").
 
 Each chained row carries `chain_seq` (1, 2, 3, … within its chain), `prev_hash` (the
 row before's `row_hash`; 32 zero bytes for the first) and
@@ -49,7 +50,7 @@ def link(prev: bytes, content: bytes) -> bytes:
 
 
 class Appender:
-    """Appends to one chain inside the caller's transaction: `head()` locks the
+    """Appends to one chain inside the caller's transaction: creating it locks the
     chain's head row (FOR UPDATE: writers of one chain queue here), `add` hashes one
     row, `close` moves the head and anchors it when due."""
 
