@@ -239,8 +239,7 @@ class Shipper:
                 log.warning("skipping a line that is not a Sluice access-log record: %.200r",
                             line)
                 continue
-            seq, prev, row_hash = chain.add(row)
-            writer.writerow(row + (seq, "\\x" + prev.hex(), "\\x" + row_hash.hex()))
+            writer.writerow(row + chain.add(row))
             if self.spans is not None:
                 records.append(rec)
             n += 1

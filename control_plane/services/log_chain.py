@@ -62,14 +62,17 @@ class Appender:
             "SELECT seq, head_hash, anchored_seq, anchored_at FROM log_chains "
             "WHERE name = :n FOR UPDATE"), {"n": name}).one()
         self.hash = bytes(self.hash)
+        self.text = "\\x" + self.hash.hex()
         self.start = self.seq
 
-    def add(self, row: tuple) -> tuple[int, bytes, bytes]:
-        """(chain_seq, prev_hash, row_hash) for the next row."""
-        prev = self.hash
+    def add(self, row: tuple) -> tuple[int, str, str]:
+        """(chain_seq, prev_hash, row_hash) for the next row, the hashes as COPY's
+        text form of bytea (each hash is turned to text once)."""
+        prev, prev_text = self.hash, self.text
         self.seq += 1
         self.hash = _sha256(prev + inference_content(self.seq, row)).digest()
-        return self.seq, prev, self.hash
+        self.text = "\\x" + self.hash.hex()
+        return self.seq, prev_text, self.text
 
     def close(self, head_row_id) -> None:
         """`head_row_id()`: the id the head row got (asked only when anchoring)."""

@@ -25,7 +25,7 @@ depends_on = None
 # An anchor every ANCHOR_ROWS rows or ANCHOR_SECONDS (whichever first), taken by the
 # writer that moves the head; the same figures as services/log_chain.py.
 AUDIT_CHAIN = """
-CREATE FUNCTION audit_log_content(a audit_log) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+CREATE FUNCTION audit_log_content(a audit_log) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_array(a.chain_seq, a.id,
                              (extract(epoch FROM a.at) * 1000000)::bigint, a.actor,
                              a.action, a.resource, a.resource_id, a.before, a.after,
