@@ -186,6 +186,53 @@ def _create_admin(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+def _verify_logs(args: argparse.Namespace) -> int:
+    """Walk the hash chains (exit 1 naming the first bad row), or export their anchors."""
+    import json
+
+    from control_plane.db import make_engine
+    from control_plane.services import log_chain
+    from control_plane.settings import load_settings
+
+    url = load_settings().database_url
+    if not url:
+        print("sluice verify-logs: DATABASE_URL is not set", file=sys.stderr)
+        return 2
+    kept = []
+    if args.anchors:
+        with open(args.anchors, encoding="utf-8") as f:
+            doc = json.load(f)
+        kept = doc["items"] if isinstance(doc, dict) else doc
+    engine = make_engine(url)
+    try:
+        if args.export_anchors:
+            items, after = [], 0
+            with engine.connect() as conn:
+                while page := log_chain.anchors(conn, args.chain, after, 1000):
+                    items += page
+                    after = page[-1]["id"]
+            print(json.dumps({"items": items}, indent=1))
+            return 0
+        try:
+            results = log_chain.verify(engine, args.chain, kept)
+        except KeyError:
+            print(f"sluice verify-logs: no chain {args.chain!r}", file=sys.stderr)
+            return 2
+    finally:
+        engine.dispose()
+    for r in results:
+        if args.json:
+            print(json.dumps(r))
+        elif r["ok"]:
+            print(f"{r['chain']}: ok, {r['rows']} rows, head seq {r['head_seq']}, "
+                  f"{r['anchors']} anchors")
+        else:
+            p = r["problem"]
+            print(f"{r['chain']}: {p['kind'].upper()} row id {p['row_id']} "
+                  f"(seq {p['seq']}): {p['detail']}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
 def _agent(args: argparse.Namespace) -> int:
     """Report GPU telemetry until SIGINT/SIGTERM; exit 3 when NVML is unusable."""
     import signal
@@ -296,6 +343,17 @@ def main(argv: list[str] | None = None) -> int:
                         "created for it (POST /api/v1/tokens with \"user\" and the "
                         "bootstrap token)")
     p.set_defaults(func=_create_admin)
+
+    p = sub.add_parser("verify-logs", help="walk the hash-chained audit and inference "
+                                           "logs; name the first row altered, removed "
+                                           "or inserted (exit 1)")
+    p.add_argument("--chain", help="one chain: audit or inference:<source> (default all)")
+    p.add_argument("--anchors", help="JSON of anchors kept elsewhere (--export-anchors' "
+                                     "output), checked too")
+    p.add_argument("--export-anchors", action="store_true",
+                   help="print every anchor as JSON instead, to keep elsewhere")
+    p.add_argument("--json", action="store_true", help="one JSON object per chain")
+    p.set_defaults(func=_verify_logs)
 
     p = sub.add_parser("demo-backend", help="a demo model server (see --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER)

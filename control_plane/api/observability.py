@@ -16,7 +16,8 @@ from control_plane.api.errors import request_id
 from control_plane.api.validation import ValidationError, described
 from control_plane.api.views import bp, db
 from control_plane.clients.gateway import GatewayClient
-from control_plane.services import admin_tokens, audit, health, inference_logs, queues, scaling, telemetry
+from control_plane.services import (admin_tokens, audit, health, inference_logs, log_chain,
+                                    queues, scaling, telemetry)
 
 # X-Sluice-Actor: who is behind the shared admin token (a CLI's $USER, the UI's user).
 ACTOR_RE = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -135,6 +136,36 @@ def audit_log() -> Response:
     if len(rows) == q.limit:
         body["next_before_id"] = rows[-1].id
     return jsonify(body)
+
+
+ANCHOR_PARAMS = {"chain": _text, "after_id": _int_in(0, 2**63 - 1),
+                 "limit": _int_in(1, audit.MAX_LIMIT)}
+VERIFY_PARAMS = {"chain": _text}
+
+
+@bp.get("/audit/anchors")
+def audit_anchors() -> Response:
+    """Anchors of the hash chains, oldest first: what an operator keeps elsewhere."""
+    args = query_args(ANCHOR_PARAMS)
+    limit = args.get("limit", audit.MAX_LIMIT)
+    items = log_chain.anchors(db().connection(), args.get("chain"), args.get("after_id"),
+                              limit)
+    body = {"items": items}
+    if len(items) == limit:
+        body["next_after_id"] = items[-1]["id"]
+    return jsonify(body)
+
+
+@bp.get("/audit/verify")
+def audit_verify() -> Response:
+    """Walk every chain (or `chain`); name the first row altered, removed or inserted."""
+    args = query_args(VERIFY_PARAMS)
+    try:
+        chains = log_chain.verify(db().get_bind(), args.get("chain"))
+    except KeyError:
+        raise ValidationError({"chain": "is not a chain (audit, inference:<source>)"},
+                              "invalid query parameters") from None
+    return jsonify({"ok": all(c["ok"] for c in chains), "chains": chains})
 
 
 @bp.get("/scaling")

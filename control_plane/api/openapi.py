@@ -263,6 +263,19 @@ def _other_paths() -> dict[str, Any]:
                                 _query(observability.STATS_PARAMS), 422),
         p + "/audit": _get("audit", "search_audit", page,
                            _query(observability.AUDIT_PARAMS), 422),
+        p + "/audit/anchors": _get(
+            "audit", "audit_anchors",
+            {"type": "object", "required": ["items"],
+             "properties": {"items": _OBJECTS, "next_after_id": {"type": "integer"}}},
+            _query(observability.ANCHOR_PARAMS), 422,
+            summary="anchors of the hash-chained logs (chain head hash, seq, row id, "
+                    "time), oldest first: export them and keep them elsewhere"),
+        p + "/audit/verify": _get(
+            "audit", "verify_logs",
+            _object(ok={"type": "boolean"}, chains=_OBJECTS),
+            _query(observability.VERIFY_PARAMS), 422,
+            summary="walk the hash chains (audit, inference:<source>) and name the "
+                    "first row altered, removed or inserted"),
         p + "/scaling": _get("scaling", "scaling_signals",
                              _object(window_seconds={"type": "number"}, models=_OBJECTS),
                              [], 422),

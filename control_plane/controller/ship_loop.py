@@ -8,7 +8,10 @@ Each pass, for each source (one gateway's `logs/access.log`), in ONE transaction
    compressed ones are skipped), read the complete lines past the offset, COPY them
    into `inference_logs`;
 4. move each file's checkpoint to the end of the last line shipped; forget
-   checkpoints of files that are gone.
+   checkpoints of files that are gone;
+5. chain the rows: each gets the next `chain_seq` of the chain "inference:<source>"
+   and its hashes (services/log_chain.py), in file order; the chain's head moves in
+   this transaction (the advisory lock makes the shipper the chain's one writer).
 
 Rows and checkpoints commit together, so a shipper killed at any point re-reads
 exactly what was not committed: nothing lost, nothing doubled. Files are known by
@@ -38,6 +41,7 @@ from sqlalchemy import Engine, text
 
 from control_plane.clients.tracing import SpanExport
 from control_plane.controller import cp_metrics
+from control_plane.services import log_chain
 from control_plane.services.inference_logs import delete_older_than, retention_cutoff
 from control_plane.settings import Source
 
@@ -48,7 +52,9 @@ PRUNE_EVERY = 600.0            # seconds between retention passes
 COLUMNS = ("ts", "gateway", "request_id", "consumer", "plan", "model_name", "backend",
            "method", "path", "status", "latency", "upstream_latency", "prompt_tokens",
            "completion_tokens", "cache_status", "error_type", "bytes_sent", "queue_wait")
-COPY_SQL = f"COPY inference_logs ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT csv)"
+CHAIN_COLUMNS = ("chain_seq", "prev_hash", "row_hash")
+COPY_SQL = (f"COPY inference_logs ({', '.join(COLUMNS + CHAIN_COLUMNS)}) "
+            "FROM STDIN WITH (FORMAT csv)")
 _LIMITS = {"request_id": 128, "consumer": 128, "plan": 128, "model_name": 128,
            "backend": 128, "method": 16, "path": 1024, "cache_status": 16,
            "error_type": 64}
@@ -71,7 +77,8 @@ def _text(row: dict, field: str, key: str | None = None) -> str | None:
 
 
 def to_row(gateway: str, line: bytes) -> tuple | None:
-    """One access-log line as a tuple of COLUMNS, or None when it is not one of ours."""
+    """One access-log line as a tuple of COLUMNS (ts a datetime), or None when it is
+    not one of ours."""
     try:
         rec = json.loads(line)
     except ValueError:
@@ -87,7 +94,7 @@ def _row(gateway: str, rec) -> tuple | None:
         status = int(rec["status"])
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
-    return (ts.isoformat(), gateway, _text(rec, "request_id") or "-",
+    return (ts, gateway, _text(rec, "request_id") or "-",
             _text(rec, "consumer"), _text(rec, "plan"), _text(rec, "model_name", "model"),
             _text(rec, "backend"), _text(rec, "method"), _text(rec, "path"), status,
             _int(rec.get("latency_ms")), _int(rec.get("upstream_ms")),
@@ -172,6 +179,7 @@ class Shipper:
                 text("SELECT inode, \"offset\" FROM log_checkpoints WHERE source = :s"),
                 {"s": source.name}).all())
             rows_total, moved, records = 0, {}, []
+            chain = log_chain.Appender(conn, log_chain.INFERENCE + source.name)
             for inode, path, size in files:
                 offset = done.get(inode, 0)
                 if size < offset:
@@ -184,8 +192,11 @@ class Shipper:
                 if got_lines is None or got_lines[1] == offset:
                     continue
                 data, new_offset = got_lines
-                rows_total += self._copy(conn, source.name, data, records)
+                rows_total += self._copy(conn, source.name, data, records, chain)
                 moved[inode] = new_offset
+            # the head row is the last one COPYed in this session
+            chain.close(lambda: conn.execute(text(
+                "SELECT currval(pg_get_serial_sequence('inference_logs', 'id'))")).scalar())
             for inode, offset in moved.items():
                 conn.execute(text(
                     "INSERT INTO log_checkpoints (source, inode, \"offset\", updated_at) "
@@ -207,9 +218,10 @@ class Shipper:
                 for inode, _, size in files))
         return rows_total
 
-    def _copy(self, conn, gateway: str, data: bytes, records: list) -> int:
-        """COPY the lines of `data`; appends their records to `records` when spans
-        are exported."""
+    def _copy(self, conn, gateway: str, data: bytes, records: list,
+              chain: log_chain.Appender) -> int:
+        """COPY the lines of `data`, chained by `chain`; appends their records to
+        `records` when spans are exported."""
         buf = io.StringIO()
         writer = csv.writer(buf)
         n = 0
@@ -227,7 +239,7 @@ class Shipper:
                 log.warning("skipping a line that is not a Sluice access-log record: %.200r",
                             line)
                 continue
-            writer.writerow(row)
+            writer.writerow(row + chain.add(row))
             if self.spans is not None:
                 records.append(rec)
             n += 1

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session
 
+from control_plane.services import log_chain
 from control_plane.tables.records import InferenceLog
 
 MAX_LIMIT = 1000
@@ -93,13 +94,53 @@ def _ms(v: float | None) -> float | None:
 
 def delete_older_than(engine: Engine, cutoff: datetime,
                       batch: int = RETENTION_BATCH) -> int:
-    """Remove rows with ts < cutoff in batches of `batch`, one short transaction each
-    (no long lock, no huge WAL burst). Returns the rows removed."""
+    """Remove old rows in batches of `batch`, one short transaction each (no long
+    lock, no huge WAL burst). Returns the rows removed.
+
+    A chained row goes only from the old end of its chain: each chain loses its rows
+    up to the last one before the first row with ts >= cutoff (a late line keeps the
+    older lines around it a little longer), and a retention anchor records the last
+    row removed, so the rest still verifies (services/log_chain.py). Rows shipped
+    before the chain began go by age alone."""
+    removed = _delete_batches(engine, (InferenceLog.chain_seq.is_(None),
+                                       InferenceLog.ts < cutoff), batch)
+    with engine.connect() as conn:
+        names = [n for n in log_chain.chains(conn) if n.startswith(log_chain.INFERENCE)]
+    for name in names:
+        gateway = name[len(log_chain.INFERENCE):]
+        mine = (InferenceLog.gateway == gateway, InferenceLog.chain_seq.is_not(None))
+        with engine.begin() as conn:
+            last = _old_end(conn, mine, cutoff)
+            if last is None:
+                continue
+            anchored = conn.execute(text(
+                "SELECT 1 FROM log_anchors WHERE chain = :c AND seq = :s AND "
+                "kind = 'retention'"), {"c": name, "s": last.chain_seq}).first()
+            if anchored is None:
+                log_chain.add_anchor(conn, name, last.chain_seq, last.id,
+                                     bytes(last.row_hash), "retention")
+        removed += _delete_batches(engine, (*mine, InferenceLog.id <= last.id), batch)
+    return removed
+
+
+def _old_end(conn, mine: tuple, cutoff: datetime):
+    """The last row of a chain to remove (id, chain_seq, row_hash): the one before its
+    first row with ts >= cutoff; None: none. Within a chain id order is chain order
+    (one shipper at a time appends, in order), so the primary key finds it without an
+    index of its own."""
+    keep = conn.execute(select(InferenceLog.id).where(*mine, InferenceLog.ts >= cutoff)
+                        .order_by(InferenceLog.id).limit(1)).scalar()
+    q = select(InferenceLog.id, InferenceLog.chain_seq, InferenceLog.row_hash).where(*mine)
+    if keep is not None:
+        q = q.where(InferenceLog.id < keep)
+    return conn.execute(q.order_by(InferenceLog.id.desc()).limit(1)).one_or_none()
+
+
+def _delete_batches(engine: Engine, where: tuple, batch: int) -> int:
     removed = 0
     while True:
         with engine.begin() as conn:
-            ids = select(InferenceLog.id).where(InferenceLog.ts < cutoff) \
-                .order_by(InferenceLog.ts).limit(batch).scalar_subquery()
+            ids = select(InferenceLog.id).where(*where).limit(batch).scalar_subquery()
             n = conn.execute(delete(InferenceLog).where(InferenceLog.id.in_(ids))).rowcount
         removed += n
         if n < batch:

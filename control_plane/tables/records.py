@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import (BigInteger, CheckConstraint, Date, DateTime, Float, ForeignKey, Index,
-                        Integer, String, Text, UniqueConstraint, func)
+from sqlalchemy import (BigInteger, CheckConstraint, Date, DateTime, Float, ForeignKey, Identity,
+                        Index, Integer, LargeBinary, String, Text, UniqueConstraint, func, text)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -55,6 +55,12 @@ class InferenceLog(Base):
     error_type: Mapped[str | None] = mapped_column(String(64))
     bytes_sent: Mapped[int | None] = mapped_column(BigInteger)
     queue_wait: Mapped[int | None] = mapped_column(Integer)
+    # the hash chain of this row's source (`gateway`), services/log_chain.py; NULL in
+    # rows shipped before the chain began. No index: one per row costs the shipper
+    # a fifth of its rate, and within a chain id order is chain order (one writer)
+    chain_seq: Mapped[int | None] = mapped_column(BigInteger)
+    prev_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    row_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
 
     __table_args__ = (Index("ix_inference_logs_model_name_ts", "model_name", "ts"),)
 
@@ -74,7 +80,8 @@ class LogCheckpoint(Base):
 
 
 class AuditEntry(Base):
-    """One admin change. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE."""
+    """One admin change. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE;
+    another (BEFORE INSERT) fills the chain columns (services/log_chain.py)."""
     __tablename__ = "audit_log"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -87,10 +94,50 @@ class AuditEntry(Base):
     before: Mapped[dict | None] = mapped_column(JSONB)
     after: Mapped[dict | None] = mapped_column(JSONB)
     request_id: Mapped[str | None] = mapped_column(String(128))
+    chain_seq: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    prev_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    row_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
 
     __table_args__ = (
         CheckConstraint("action IN ('create', 'update', 'delete')", name="action_known"),
         Index("ix_audit_log_resource_resource_id", "resource", "resource_id"),
+    )
+
+
+class LogChain(Base):
+    """The head of one hash chain: "audit", or "inference:<source>" per shipping
+    source. `seq` and `head_hash` are the last row's; `anchored_*` the last anchor's.
+    Moved in the transaction that appends to the chain (its row lock orders writers)."""
+    __tablename__ = "log_chains"
+
+    name: Mapped[str] = mapped_column(String(300), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    head_hash: Mapped[bytes] = mapped_column(
+        LargeBinary, server_default=text("decode(repeat('00', 32), 'hex')"))
+    head_row_id: Mapped[int | None] = mapped_column(BigInteger)
+    anchored_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    anchored_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                  server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 server_default=func.now())
+
+
+class LogAnchor(Base):
+    """A chain's head at one moment (`periodic`), or the last row retention removed
+    (`retention`): what an operator exports and keeps elsewhere."""
+    __tablename__ = "log_anchors"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    chain: Mapped[str] = mapped_column(String(300))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    row_id: Mapped[int | None] = mapped_column(BigInteger)
+    head_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    kind: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("kind IN ('periodic', 'retention')", name="kind_known"),
+        Index("ix_log_anchors_chain_seq", "chain", "seq"),
     )
 
 

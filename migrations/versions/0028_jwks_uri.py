@@ -5,7 +5,7 @@ seconds); jwks_fetched_at and jwks_last_error (the last success, the last failur
 reason, NULL once a fetch succeeds).
 
 Revision ID: 0028
-Revises: 0025
+Revises: 0027
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0028"
-down_revision = "0025"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 

@@ -19,7 +19,9 @@ TABLES = {"models", "backends", "consumers", "api_keys", "gateways", "config_sta
           "jobs", "webhook_secrets", "webhook_deliveries", "batch_files", "batches",
           "model_types",
           # admin identities (0025)
-          "admin_tokens", "admin_recovery_codes"}
+          "admin_tokens", "admin_recovery_codes",
+          # hash-chained logs (0027)
+          "log_chains", "log_anchors"}
 
 
 def _inspect(url):
