@@ -4,9 +4,8 @@
 
 Every CRUD resource comes from `views.RESOURCES` (its Schema's fields, their parsers'
 JSON Schemas, and what it renders); the other endpoints are listed here with the
-parser dicts their views use for the query string and body. tests/api/test_openapi.py
-checks that every route of the blueprint is in the document; tests/api/test_fuzz_*.py
-fuzz the API with schemathesis against it.
+parser dicts their views use for the query string and body; tests/api/test_openapi.py
+and test_fuzz_*.py check the routes against it and fuzz them (schemathesis).
 """
 from __future__ import annotations
 
