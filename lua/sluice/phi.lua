@@ -50,7 +50,8 @@ end
 
 -- the request's state, made on its first scan (writes ctx.body.phi)
 local function state_of(ctx, policy)
-    local st = ctx.body.phi
+    local b = ctx.body   -- none on a location without the request's context (probes)
+    local st = b and b.phi
     if not st then
         st = { policy = policy, counts = {}, seen = {}, next = {} }
         ctx.body.phi = st
@@ -164,7 +165,8 @@ end
 
 -- Header filter: a streamed answer under a phi_policy changes length (masked, held).
 function _M.header_filter(ctx)
-    local st = ctx.body.phi
+    local b = ctx.body   -- none on a location without the request's context (probes)
+    local st = b and b.phi
     if st and st.streaming then
         ngx.header["Content-Length"] = nil
     end
@@ -173,7 +175,8 @@ end
 -- Body filter: a streamed answer under a phi_policy, scanned across frames
 -- (sluice.phi_stream); nothing for any other answer.
 function _M.body_filter(ctx)
-    local st = ctx.body.phi
+    local b = ctx.body   -- none on a location without the request's context (probes)
+    local st = b and b.phi
     if not st or not st.streaming then
         return
     end
@@ -188,7 +191,8 @@ end
 -- Access phase, the relayed answer `body` (not a stream) before it is sent
 -- (phases.send_relayed): returns the body to send, or nil, status, type, message.
 function _M.answer(ctx, body)
-    local st = ctx.body.phi
+    local b = ctx.body   -- none on a location without the request's context (probes)
+    local st = b and b.phi
     if not st or type(body) ~= "string" or body == "" then
         return body
     end
