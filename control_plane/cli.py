@@ -87,6 +87,7 @@ def _gateway(args: argparse.Namespace) -> int:
         port=settings.gateway_port, internal_port=settings.internal_port,
         listen_host=settings.gateway_host, internal_host=settings.internal_host,
         log_excerpts=settings.log_excerpts, redis_url=settings.redis_url,
+        cors_origins=settings.cors_origins,
         redis_failure=settings.redis_failure, plain=settings.gateway_plain,
         internal_tls_cert=settings.internal_tls_cert,
         internal_tls_key=settings.internal_tls_key, internal_ca=settings.internal_ca,

@@ -27,6 +27,8 @@ class GatewayConfig:
     max_upload_size: str = "100m"
     # Characters of each request body kept, PII-masked, in the access log; 0 = none.
     log_excerpts: int = 0
+    # Origins whose browser pages may call the public listener (CORS); ("*",): any.
+    cors_origins: tuple[str, ...] = ()
     # Cluster mode: redis://[[user]:password@]host[:port][/db] shared by the gateways
     # for rate limits and quotas; on Redis failure fall back to local counters
     # ("open") or refuse limited requests with 503 ("closed").

@@ -147,6 +147,7 @@ def render_all(cfg: GatewayConfig) -> dict[str, str]:
         "system_ca_file": SYSTEM_CA_FILE,
         "jobs_proxy": _jobs_proxy(cfg.jobs_url),
         "loop_socket": str(nginx_tls.h1_socket(cfg)),
+        "cors_origins": _cors_map(cfg.cors_origins),
     }
 
     def fill(template: Path) -> str:
@@ -158,3 +159,11 @@ def render_all(cfg: GatewayConfig) -> dict[str, str]:
         return _PLACEHOLDER_RE.sub(one, template.read_text())
 
     return {"nginx.conf": fill(TEMPLATE), **{name: fill(t) for name, t in INCLUDED.items()}}
+
+
+def _cors_map(origins: tuple[str, ...]) -> str:
+    """The entries of the $sl_cors_origin map: what Access-Control-Allow-Origin says
+    for a request's Origin (nothing for an origin not allowed, or none configured)."""
+    if tuple(origins) == ("*",):
+        return '"~." "*";'
+    return " ".join(f'"{o}" $http_origin;' for o in origins)   # none: no CORS

@@ -95,7 +95,7 @@ def _gateway_settings() -> dict:
     """What the environment (through load_settings) sets for the gateway."""
     s = load_settings()
     return {"log_excerpts": s.log_excerpts, "redis_url": s.redis_url,
-            "redis_failure": s.redis_failure}
+            "redis_failure": s.redis_failure, "cors_origins": s.cors_origins}
 
 
 def _backoff() -> Backoff:

@@ -78,6 +78,11 @@ class Settings(JobSettings):
         "characters of each request body kept in the access log, with "
         "e-mail addresses, phone, national ID and card numbers masked; "
         "0 keeps none")
+    cors_origins: tuple[str, ...] = setting(
+        "SLUICE_CORS_ORIGINS", parsers.cors_origins, (),
+        "`*` or `https://app.example.com,…`: browser pages of these origins may call "
+        "the gateway (CORS: preflights answered before any key check)",
+        default_words="none (no CORS headers: only same-origin pages)")
     # cluster mode: limits and quotas shared by every gateway through one Redis;
     # what a gateway does while Redis fails (see docs/contracts.md, "Cluster mode")
     redis_url: str | None = setting(

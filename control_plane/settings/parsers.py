@@ -101,6 +101,21 @@ def url_list(value: str) -> tuple[str, ...]:
     return tuple(http_url(item.strip()) for item in value.split(",") if item.strip())
 
 
+_ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+
+
+def cors_origins(value: str) -> tuple[str, ...]:
+    """`*`, or comma-separated origins (`scheme://host[:port]`, as browsers send them)."""
+    items = tuple(item.strip() for item in value.split(",") if item.strip())
+    if items == ("*",):
+        return items
+    for item in items:
+        if not _ORIGIN_RE.match(item):
+            raise Reason(f"{item!r} is not an origin such as https://app.example.com "
+                         "(scheme, host and port only), nor *")
+    return items
+
+
 def flag(value: str) -> bool:
     value = value.strip().lower()
     if value in ("1", "true", "yes", "on"):

@@ -4,9 +4,9 @@ clients/js/test/browser/worker.html from a local static server; the page starts
 worker.js, a module worker that imports the SDK's own src/ and runs the named checks
 against the gateway.
 
-The page's origin is not the gateway's, and the gateway sends no CORS headers, so the
-browser runs with --disable-web-security: the checks are about the SDK in a Worker
-(fetch, streams, TextDecoder, no `process`), not about cross-origin policy.
+The page's origin is not the gateway's: the browser enforces cross-origin policy as it
+would for any web app, and the gateway lets the page's origin in by its CORS setting
+(GatewayConfig.cors_origins, SLUICE_CORS_ORIGINS), preflights included.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import tempfile
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from backend_http import served
 from selenium import webdriver
@@ -44,6 +44,12 @@ def page_server():
         yield f"http://127.0.0.1:{port}/test/browser/worker.html"
 
 
+def origin_of(page: str) -> str:
+    """The origin a page's requests carry (scheme, host and port)."""
+    parts = urlsplit(page)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 @contextmanager
 def chromium():
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
@@ -54,7 +60,7 @@ def chromium():
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage", "--disable-web-security",
+                 "--disable-sync", "--disable-dev-shm-usage",
                  f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options,

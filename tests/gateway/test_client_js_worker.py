@@ -4,9 +4,10 @@ tool-calling backend of tool_backend.py."""
 from __future__ import annotations
 
 import pytest
+import requests
 from backend_http import entry
 from backend_http import served as serve_http
-from browser_worker import chromium, page_server, run_checks
+from browser_worker import chromium, origin_of, page_server, run_checks
 from tool_backend import ToolModel
 
 
@@ -14,6 +15,41 @@ from tool_backend import ToolModel
 def worker_page():
     with serve_http(ToolModel) as tool_port, page_server() as page, chromium() as driver:
         yield driver, page, tool_port
+
+
+@pytest.fixture(scope="module")
+def gateway(shared_gateways, worker_page):
+    """The module's gateway, which lets the page's origin in (CORS), as an operator
+    lets in the origin of a web app that calls Sluice from the browser."""
+    return shared_gateways(cors_origins=(origin_of(worker_page[1]),))
+
+
+def test_cors_lets_in_the_pages_origin_only(gateway, helpers, backends, worker_page):
+    origin = origin_of(worker_page[1])
+    assert gateway.push(helpers.make_snapshot(1, {
+        "chat-demo": (5000, [backends["openai-a"].entry(1)])})).status_code == 200
+    url = gateway.url + "/v1/chat/completions"
+    ask = {"Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization,content-type"}
+    pre = requests.options(url, headers={"Origin": origin, **ask}, timeout=5)
+    assert pre.status_code == 204, pre.text   # no key asked of a preflight
+    assert pre.headers["Access-Control-Allow-Origin"] == origin
+    assert pre.headers["Access-Control-Allow-Headers"] == "authorization,content-type"
+    assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+    other = requests.options(url, headers={"Origin": "http://elsewhere.example", **ask},
+                             timeout=5)
+    assert "Access-Control-Allow-Origin" not in other.headers
+    assert other.status_code != 204
+    # an error in the template reaches the page too, with the headers it may read
+    bad = requests.post(url, headers={"Origin": origin, "Authorization": "Bearer nope"},
+                        json={"model": "chat-demo", "messages": []}, timeout=5)
+    assert bad.status_code == 403, bad.text   # invalid API key
+    assert bad.headers["Access-Control-Allow-Origin"] == origin
+    assert "X-Request-Id" in bad.headers["Access-Control-Expose-Headers"]
+    plain = requests.post(url, headers={"Authorization": f"Bearer {helpers.KEY}"},
+                          json={"model": "chat-demo",
+                                "messages": [{"role": "user", "content": "hi"}]}, timeout=5)
+    assert plain.status_code == 200 and "Access-Control-Allow-Origin" not in plain.headers
 
 
 def test_the_sdk_in_a_web_worker(gateway, helpers, backends, worker_page):

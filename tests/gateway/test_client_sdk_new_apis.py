@@ -260,6 +260,13 @@ def test_js_sdk_in_node(gateway, helpers, backends, claude_port):
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
+@pytest.fixture(scope="module")
+def gateway(shared_gateways):
+    """The module's gateway; pages of any origin may call it (SLUICE_CORS_ORIGINS=*):
+    the Web Worker's page is served from another origin than the gateway's."""
+    return shared_gateways(cors_origins=("*",))
+
+
 def test_js_sdk_in_a_web_worker(gateway, helpers, backends, claude_port):
     # messages to claude-2 (the Anthropic-protocol backend), responses to chat-demo
     assert gateway.push(snapshot(helpers, backends, claude_port)).status_code == 200

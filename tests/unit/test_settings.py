@@ -43,12 +43,21 @@ def test_every_variable():
     ("SLUICE_RESTART_BACKOFF_MAX", "soon", "expected a number"),
     ("SLUICE_DB_CONNECT_TIMEOUT", "1.5", "expected a number"),
     ("SLUICE_DB_CONNECT_TIMEOUT", "0", "whole number >= 1"),
+    ("SLUICE_CORS_ORIGINS", "https://app.example.com/path", "is not an origin"),
+    ("SLUICE_CORS_ORIGINS", "*,https://a.example", "nor *"),
 ])
 def test_bad_values_name_the_variable(name, value, reason):
     with pytest.raises(SettingsError) as err:
         load_settings({name: value})
     assert str(err.value).startswith(f"{name}={value!r}: ")
     assert reason in str(err.value)
+
+
+def test_cors_origins_any_or_a_list():
+    assert load_settings({}).cors_origins == ()
+    assert load_settings({"SLUICE_CORS_ORIGINS": "*"}).cors_origins == ("*",)
+    assert load_settings({"SLUICE_CORS_ORIGINS": "https://a.example, http://localhost:3000"}
+                         ).cors_origins == ("https://a.example", "http://localhost:3000")
 
 
 PASSWORD = "Hunter2-s3cret"
