@@ -9,6 +9,7 @@ trusts is one the probes trust, and no other.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import ssl
 import tempfile
@@ -75,6 +76,19 @@ def key_matches(cert_pem: str, key_pem: str) -> bool:
     return (cert.public_key().public_bytes(der, spki)
             == key.public_key().public_bytes(der, spki))
 
+
+
+def ip_host(url: str) -> str | None:
+    """The IP literal an https:// URL is addressed by, else None. The gateway (stock
+    nginx: X509_check_host on proxy_ssl_name) matches a certificate's DNS names only,
+    never its IP SANs, so such a backend needs a DNS name to verify under."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        return None
+    try:
+        return str(ipaddress.ip_address(parts.hostname))
+    except ValueError:
+        return None
 
 # --- one backend's settings ---------------------------------------------------
 

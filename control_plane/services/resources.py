@@ -220,6 +220,13 @@ class Backends(Resource[Backend]):
         if tls.get("tls_verify") is False and tls.get("tls_ca") is not None:
             raise Invalid({"tls_ca" if "tls_ca" in changed else "tls_verify":
                            "tls_ca has no use while tls_verify is false"})
+        ip = backend_tls.ip_host(url)
+        if (ip and tls.get("tls_verify") is not False and tls.get("tls_server_name") is None
+                and {"url", "tls_verify", "tls_server_name"} & set(changed)):
+            raise Invalid({"url": f"is addressed by IP ({ip}), and the gateway verifies "
+                           "certificates by DNS name only (an IP SAN is never matched): set "
+                           "tls_server_name to a DNS name the backend's certificate carries "
+                           "(issue it with a DNS SAN too)"})
 
     def create(self, session: Session, data: Mapping[str, Any]) -> Backend:
         self._consistent(data["protocol"], data.get("mapping_id"))

@@ -537,3 +537,16 @@ def test_rate_and_latency_formats():
         ["—", "0", "0.00028", "0.011", "0.25", "2.5", "9.9", "10.0", "12.3", "1234.6"]
     assert [ms(v) for v in (None, 0, 0.5, 4.25, 20.5, 1234.4)] == \
         ["—", "0 ms", "1 ms", "4 ms", "21 ms", "1234 ms"]
+
+
+def test_backend_form_by_ip_asks_for_a_dns_server_name(ui, make, api):
+    model = make("model")
+    fields = {"name": "ip-tls", "model_id": str(model["id"]), "url": "https://127.0.0.1:9",
+              "protocol": "openai", "weight": "100", "enabled": "on", "tls_verify": "on"}
+    resp = ui("/admin/backends/new", fields)
+    assert resp.status_code == 422
+    html = resp.get_data(as_text=True)
+    assert "is addressed by IP (127.0.0.1)" in html and "set tls_server_name" in html
+    resp = ui("/admin/backends/new", {**fields, "tls_server_name": "llm.internal"})
+    assert resp.status_code == 302
+    assert api("get", "/backends").get_json()["items"][0]["tls_server_name"] == "llm.internal"

@@ -228,3 +228,42 @@ def test_scraper_speaks_tls_with_the_backends_settings(make, sessions, ca, clien
     assert latest[ok["id"]]["error"] is None
     assert latest[ok["id"]]["free_fraction"] == pytest.approx(0.75)
     assert "SSL" in latest[refused["id"]]["error"]
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:8443", "https://10.1.2.3:8443/v1"])
+def test_an_ip_backend_that_verifies_needs_a_dns_server_name(api, make, ca, url):
+    # the gateway never matches an IP SAN: an https backend addressed by IP with
+    # verification on is refused unless tls_server_name names a DNS name to verify
+    model = make("model")
+    base = {"name": "ip", "model_id": model["id"], "protocol": "openai", "url": url,
+            "tls_ca": ca.pem}
+    fields = _fields(api("post", "/backends", json=base))
+    assert set(fields) == {"url"}
+    assert fields["url"].startswith("is addressed by IP (")
+    assert "set tls_server_name to a DNS name the backend's certificate carries" in fields["url"]
+
+    b = make("backend", url=url, tls_ca=ca.pem, tls_server_name="llm.internal")
+    assert b["tls_server_name"] == "llm.internal"
+    # taking the name away again is refused; so is the form with verification left on
+    r = api("patch", f"/backends/{b['id']}", json={"tls_server_name": None})
+    assert set(_fields(r)) == {"url"}
+    # verification turned off explicitly: nothing to name
+    off = make("backend", url=url, tls_verify=False)
+    assert off["tls_verify"] is False and off["tls_server_name"] is None
+    r = api("patch", f"/backends/{off['id']}", json={"tls_verify": True})
+    assert set(_fields(r)) == {"url"}
+    # host names and plain http are not concerned
+    assert make("backend", url="https://localhost:8443", tls_ca=ca.pem)["url"]
+    assert make("backend", url="http://127.0.0.1:8000")["url"]
+
+
+def test_a_preset_backend_by_ip_gets_the_same_answer(api, make):
+    model = make("model")
+    r = api("post", "/backends", json={"name": "p", "model_id": model["id"],
+                                        "preset": "vllm",
+                                        "base_url": "https://10.0.0.5:8000"})
+    assert set(_fields(r)) == {"url"}
+    r = api("post", "/backends", json={"name": "p", "model_id": model["id"],
+                                        "preset": "vllm", "base_url": "https://10.0.0.5:8000",
+                                        "tls_server_name": "vllm.internal"})
+    assert r.status_code == 201, r.get_json()

@@ -124,6 +124,24 @@ def test_server_name_is_what_is_verified_and_sent(gateway, helpers, ca, start, b
     assert r.status_code == 200, r.text
 
 
+def test_an_ip_san_does_not_verify_a_dns_san_beside_it_does(gateway, helpers, ca, start, bid):
+    # stock nginx matches proxy_ssl_name against DNS names only (X509_check_host): a
+    # backend addressed by IP is refused under its IP even with that IP in its SANs
+    # (the admin API refuses that form at save); the same certificate with a DNS SAN
+    # too verifies under that name (tls_server_name), still dialled by IP
+    ip_only = start(ca.issue("ip-only", ["127.0.0.1"]))
+    serve(gateway, helpers, entry(bid + 1, ip_only, ca=ca.pem, name="127.0.0.1"))
+    err = refused_for_tls(helpers.chat(gateway, "chat-tls"), helpers)
+    assert "name mismatch" in err["message"], err
+    assert ip_only.requests_seen == 0
+
+    both = start(ca.issue("ip-and-dns", ["127.0.0.1", "llm.internal"]))
+    serve(gateway, helpers, entry(bid + 2, both, ca=ca.pem, name="llm.internal"), version=2)
+    r = helpers.chat(gateway, "chat-tls")
+    assert r.status_code == 200, r.text + gateway.tail_error_log()
+    assert both.requests_seen == 1
+
+
 def test_expired_certificate_gets_nothing(gateway, helpers, ca, start, bid):
     srv = start(ca.issue("old", ["localhost"], expired=True))
     serve(gateway, helpers, entry(bid + 1, srv, ca=ca.pem))
