@@ -227,4 +227,5 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
         "routes": route_section,
         "model_types": model_types,
         "breaker": (settings or Settings()).breaker(),
+        "ip_limit": (settings or Settings()).ip_limit(),
     }

@@ -33,6 +33,7 @@ local shape = require("sluice.shape")
 local media = require("sluice.media")
 local media_usage = require("sluice.media_usage")
 local media_caps = require("sluice.media_caps")
+local ip_limit = require("sluice.ip_limit")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -151,6 +152,13 @@ function _M.admit(ctx)
     if not snap then
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
+    end
+    local per_ip = snap.ip_limit   -- before the key lookup: bad keys cost a token too
+    if per_ip then
+        status, err_type, msg, extra = ip_limit.check(per_ip)
+        if status then
+            return status, err_type, msg, extra
+        end
     end
 
     local consumer, attributes   -- (or a job's worker, on a consumer's behalf)
