@@ -20,8 +20,9 @@ def limited(helpers, backends, version: int, trusted=()) -> dict:
     return snap
 
 
-def post(gw, source: str, key: str, xff: str | None = None):
-    """A chat request from `source` (a loopback address); (status, headers, body)."""
+def post(gw, source: str, key: str, xff: str | None = None, path="/v1/chat/completions"):
+    """A chat request from `source` (a loopback address), or a GET of `path` when it is
+    not the chat one; (status, headers, body)."""
     host, port = gw.url.removeprefix("http://").rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10,
                                       source_address=(source, 0))
@@ -29,8 +30,10 @@ def post(gw, source: str, key: str, xff: str | None = None):
     if xff:
         headers["X-Forwarded-For"] = xff
     body = json.dumps({"model": "chat-demo", "messages": [{"role": "user", "content": "hi"}]})
+    chat = path == "/v1/chat/completions"
     try:
-        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        conn.request("POST" if chat else "GET", path, body=body if chat else None,
+                     headers=headers)
         r = conn.getresponse()
         return r.status, r.headers, json.loads(r.read() or b"null")
     finally:
@@ -52,6 +55,15 @@ def test_bad_keys_from_one_address_cut_after_the_burst(gateway, helpers, backend
     # another address is not
     assert post(gateway, "127.0.0.12", helpers.KEY)[0] == 200
     assert post(gateway, "127.0.0.12", BAD_KEY)[0] == 403
+
+
+def test_realtime_handshakes_count_too(gateway, helpers, backends):
+    assert gateway.push(limited(helpers, backends, 1)).status_code == 200
+    for _ in range(3):
+        assert post(gateway, "127.0.0.13", BAD_KEY, path="/v1/realtime")[0] == 403
+    status, headers, body = post(gateway, "127.0.0.13", BAD_KEY, path="/v1/realtime")
+    assert status == 429 and body["error"]["type"] == "rate_limited", body
+    assert "Retry-After" in headers
 
 
 def test_no_section_no_limit(gateway, helpers, backends):
