@@ -81,7 +81,7 @@ def tls_entry(backend: Backend, url_host: str) -> dict[str, Any]:
     return entry
 
 
-PLAN_FIELDS = ("rate_per_second", "burst", "max_concurrent", "daily_requests",
+PLAN_FIELDS = ("rate_per_second", "rate_per_ip", "burst", "max_concurrent", "daily_requests",
                "monthly_requests", "monthly_tokens", "realtime_sessions", "realtime_session_s")
 
 

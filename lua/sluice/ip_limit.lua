@@ -10,6 +10,8 @@ local take = require("sluice.limits").take
 local ngx = ngx
 local type = type
 local ipairs = ipairs
+local max = math.max
+local ceil = math.ceil
 
 local _M = {}
 
@@ -61,18 +63,37 @@ function _M.compile(section)
              prefix = section.ipv6_prefix or 64 }
 end
 
--- Take a token of the caller's bucket under `limit` (compiled): nil, or 429 and what
--- the error template says.
-function _M.check(limit)
+-- The caller's bucket key under the listener's trusted proxies and IPv6 prefix
+-- (`limit`: the compiled section, or false: none trusted, /64).
+local NO_PROXIES = { nets = {}, prefix = 64 }
+
+local function client(limit)
+    limit = limit or NO_PROXIES
     local var = ngx.var
-    local key = client_ip.key(var.remote_addr, limit.nets[1] and var.http_x_forwarded_for,
-                              limit.nets, limit.prefix)
-    local admitted, _, _, wait = take("ip:" .. key, limit.rate, limit.burst)
+    return client_ip.key(var.remote_addr, limit.nets[1] and var.http_x_forwarded_for,
+                         limit.nets, limit.prefix)
+end
+
+local function take_or_refuse(key, rate, burst)
+    local admitted, _, _, wait = take(key, rate, burst)
     if admitted == false then   -- (nil: the dict failed; the request goes on)
         return 429, "rate_limited", "too many requests from this address",
                { retry_after = wait }
     end
     return nil
+end
+
+-- Take a token of the caller's bucket under `limit` (compiled): nil, or 429 and what
+-- the error template says.
+function _M.check(limit)
+    return take_or_refuse("ip:" .. client(limit), limit.rate, limit.burst)
+end
+
+-- A plan's `rate_per_ip` (sluice.plans: plan.per_ip): a bucket per plan and address,
+-- one second's worth of burst; the address as the listener's limit reads it.
+function _M.check_plan(snap, plan_id, rate)
+    return take_or_refuse("ipp:" .. plan_id .. ":" .. client(snap.ip_limit), rate,
+                          max(1, ceil(rate)))
 end
 
 return _M

@@ -170,6 +170,13 @@ function _M.admit(ctx)
     local caller = ctx.caller
     caller.attributes = attributes
     caller.consumer = consumer
+    local plan = consumer.plan_id and snap.plans[consumer.plan_id]
+    if plan and plan.per_ip and not caller.job_id then   -- the plan's rate_per_ip
+        status, err_type, msg, extra = ip_limit.check_plan(snap, consumer.plan_id, plan.per_ip)
+        if status then
+            return status, err_type, msg, extra
+        end
+    end
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end

@@ -100,3 +100,23 @@ def test_a_bad_section_is_refused(gateway, helpers, backends):
     r = gateway.push(snap)
     assert r.status_code == 400, r.text
     assert "ip_limit.trusted_proxies[1]" in r.text
+
+
+def test_a_plans_rate_per_ip(gateway, helpers, backends):
+    planned = "sk-test-per-ip-plan-0123456789abcdef"
+    snap = helpers.make_snapshot(1, {"chat-demo": (5000, [backends["openai-a"].entry(1)])})
+    # 0.01/s: one token (a second's worth, rounded up), none back during the test
+    helpers.add_planned(snap, planned, {"rate_per_second": 100, "rate_per_ip": 0.01})
+    r = gateway.push(snap)
+    assert r.status_code == 200, r.text
+    assert post(gateway, "127.0.0.41", planned)[0] == 200
+    status, headers, body = post(gateway, "127.0.0.41", planned)
+    assert status == 429 and body["error"]["type"] == "rate_limited", body
+    assert int(headers["Retry-After"]) >= 90
+    # another address of the plan goes on; a consumer without the plan is not limited
+    assert post(gateway, "127.0.0.42", planned)[0] == 200
+    assert post(gateway, "127.0.0.41", helpers.KEY)[0] == 200
+    assert post(gateway, "127.0.0.41", helpers.KEY)[0] == 200
+    snap["plans"]["7"]["rate_per_ip"] = 0
+    r = gateway.push(snap)
+    assert r.status_code == 400 and "plans.7.rate_per_ip" in r.text, r.text
