@@ -277,6 +277,8 @@ PAGES: dict[str, Page] = {p.kind: p for p in [
                        help="The token bucket's refill rate, e.g. 5 or 0.5."),
                  Input("burst", "Burst", "number", blank_is_null=True,
                        help="The bucket's size; empty: one second's worth."),
+                 Input("rate_per_ip", "Requests per second per client address", "decimal",
+                       blank_is_null=True, help="Empty: no per-address limit."),
                  _limit_input("max_concurrent", "Concurrent requests", "At most this many at once."),
                  _limit_input("daily_requests", "Requests per day", "UTC days."),
                  _limit_input("monthly_requests", "Requests per month", "UTC months."),

@@ -222,6 +222,8 @@ class PlanSchema(Schema):
     create = {
         "name": Field(v.name, required=True),
         "rate_per_second": Field(PLAN_LIMITS["rate_per_second"]),
+        # requests per second per client address of the plan's callers (null: none)
+        "rate_per_ip": Field(PLAN_LIMITS["rate_per_second"], nullable=True),
         "burst": Field(PLAN_LIMITS["burst"], nullable=True),
         "max_concurrent": Field(v.integer(1, 1_000_000), nullable=True),
         "daily_requests": Field(_count, nullable=True),
@@ -243,6 +245,7 @@ class PlanSchema(Schema):
 
     def render(self, p: Plan) -> dict[str, Any]:
         return {"id": p.id, "name": p.name, "rate_per_second": p.rate_per_second,
+                "rate_per_ip": p.rate_per_ip,
                 "burst": p.burst, "max_concurrent": p.max_concurrent,
                 "daily_requests": p.daily_requests, "monthly_requests": p.monthly_requests,
                 "monthly_tokens": p.monthly_tokens, "model_overrides": p.model_overrides,

@@ -81,7 +81,7 @@ def tls_entry(backend: Backend, url_host: str) -> dict[str, Any]:
     return entry
 
 
-PLAN_FIELDS = ("rate_per_second", "burst", "max_concurrent", "daily_requests",
+PLAN_FIELDS = ("rate_per_second", "rate_per_ip", "burst", "max_concurrent", "daily_requests",
                "monthly_requests", "monthly_tokens", "realtime_sessions", "realtime_session_s")
 
 
@@ -227,4 +227,5 @@ def build(session: Session, settings: Settings | None = None) -> dict[str, Any]:
         "routes": route_section,
         "model_types": model_types,
         "breaker": (settings or Settings()).breaker(),
+        "ip_limit": (settings or Settings()).ip_limit(),
     }

@@ -1,5 +1,6 @@
 """Every setting, declared once: `Settings`' fields (variable, parser, default, meaning;
-the async jobs' and webhooks' in control_plane.settings.jobs), and what is derived from them for the docs (VARIABLES, DESCRIPTIONS), with the
+the async jobs' and webhooks' in control_plane.settings.jobs, the per-IP limit's in
+control_plane.settings.ip_limits), and what is derived from them for the docs (VARIABLES, DESCRIPTIONS), with the
 variables one process reads itself (OTHER_VARIABLES). See control_plane.settings."""
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from control_plane.settings import parsers
+from control_plane.settings.ip_limits import IpLimitSettings
 from control_plane.settings.jobs import JobSettings
 from control_plane.settings.parsers import SettingsError
 from control_plane.settings.setting import setting
 
 
 @dataclass(frozen=True)
-class Settings(JobSettings):
+class Settings(JobSettings, IpLimitSettings):
     database_url: str | None = setting(
         "DATABASE_URL", parsers.database_url, None,
         "PostgreSQL URL",
@@ -336,11 +338,14 @@ class Settings(JobSettings):
 
 
 # variable name -> its field of Settings (metadata: parse, meaning, default_words, secret)
-# (Settings' own fields first, then the jobs' it inherits: the reference's order)
-_JOBS = {f.name for f in dataclasses.fields(JobSettings)}
+# (Settings' own fields first, then the per-IP limit's, then the jobs': the reference's
+# order)
+_RANK = {f.name: rank for rank, base in enumerate((IpLimitSettings, JobSettings), 1)
+         for f in dataclasses.fields(base)}
 VARIABLES: dict[str, dataclasses.Field] = {
     f.metadata["variable"]: f
-    for f in sorted(dataclasses.fields(Settings), key=lambda f: f.name in _JOBS)
+    for f in sorted(dataclasses.fields(Settings),
+                    key=lambda f: _RANK.get(f.name, 0))
     if f.metadata}
 
 # Read outside Settings, by one process each: variable -> (default in words, meaning).

@@ -238,6 +238,7 @@ class Plan(Timestamps, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     rate_per_second: Mapped[float] = mapped_column(Float, default=100, server_default="100")
+    rate_per_ip: Mapped[float | None] = mapped_column(Float)   # per client address; NULL: none
     burst: Mapped[int | None] = mapped_column(Integer)   # NULL: one second's worth
     max_concurrent: Mapped[int | None] = mapped_column(Integer)
     daily_requests: Mapped[int | None] = mapped_column(BigInteger)
@@ -277,6 +278,7 @@ class Plan(Timestamps, Base):
                       CheckConstraint(f"queue_timeout_ms BETWEEN 0 AND {MAX_QUEUE_TIMEOUT_MS}",
                                       name="queue_timeout_range"),
                       CheckConstraint("realtime_sessions > 0", name="realtime_sessions_positive"),
+                      CheckConstraint("rate_per_ip > 0", name="rate_per_ip_positive"),
                       CheckConstraint("realtime_session_s > 0",
                                       name="realtime_session_s_positive"))
 

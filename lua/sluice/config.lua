@@ -10,6 +10,7 @@ local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
+local ip_limit = require("sluice.ip_limit")
 local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local validate = require("sluice.validate")
@@ -229,6 +230,7 @@ local function compile(s, prev_s, prev)
              consumers_by_name = by_name, plans = compiled_plans,
              jwt = jwt.compile(s.jwt), content = content.compile(s.content_policies),
              breaker = breaker.settings(s.breaker), routes = splits.compile(s.routes),
+             ip_limit = ip_limit.compile(s.ip_limit),   -- false: none (sluice.ip_limit)
              priorities = priorities,
              -- plans' caps on realtime sessions (sluice.realtime)
              realtime_caps = same_plans and prev.realtime_caps or realtime_plans.compile(s.plans),

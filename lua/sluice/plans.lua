@@ -67,6 +67,9 @@ function _M.validate(plans)
             local err = check_field(name, p[name], where)
             if err then return err end
         end
+        local perr = present(p.rate_per_ip) and (type(p.rate_per_ip) ~= "number"
+                     or p.rate_per_ip <= 0) and where .. ".rate_per_ip: must be > 0 or null"
+        if perr then return perr end
         local merr = media_caps.validate(p, where)
         if merr then return merr end
         if present(p.models) then
@@ -121,7 +124,9 @@ local function compile_one(p)
             models[mname] = finish(lim)
         end
     end
-    return { base = finish(base), models = models }
+    -- rate_per_ip: per client address of the plan's callers (sluice.ip_limit)
+    return { base = finish(base), models = models,
+             per_ip = present(p.rate_per_ip) and p.rate_per_ip or nil }
 end
 
 -- Snapshot plans -> { [id string] = { base = limits, models = { [name] = limits } } }

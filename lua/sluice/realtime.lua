@@ -21,6 +21,7 @@
 -- (ctx.backend.realtime; ctx.caller, ctx.target's model, ctx.body as steps.lua and
 -- target.lua do for other requests).
 local config = require("sluice.config")
+local ip_limit = require("sluice.ip_limit")
 local auth = require("sluice.auth")
 local balancer = require("sluice.balancer")
 local breaker = require("sluice.breaker")
@@ -209,6 +210,12 @@ function _M.admit(ctx)
     if not snap then
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
+    end
+    if snap.ip_limit then   -- the per-IP limit, before the key lookup (sluice.ip_limit)
+        local status, ip_type, ip_msg, extra = ip_limit.check(snap.ip_limit)
+        if status then
+            return status, ip_type, ip_msg, extra
+        end
     end
     local authz = ctx.req.authorization
     if not authz and key and key ~= "" then

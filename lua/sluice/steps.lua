@@ -33,6 +33,7 @@ local shape = require("sluice.shape")
 local media = require("sluice.media")
 local media_usage = require("sluice.media_usage")
 local media_caps = require("sluice.media_caps")
+local ip_limit = require("sluice.ip_limit")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -152,6 +153,13 @@ function _M.admit(ctx)
         return 503, "backend_unavailable", "the gateway has no configuration yet",
                { retry_after = 1 }
     end
+    local per_ip = snap.ip_limit   -- before the key lookup: bad keys cost a token too
+    if per_ip then
+        status, err_type, msg, extra = ip_limit.check(per_ip)
+        if status then
+            return status, err_type, msg, extra
+        end
+    end
 
     local consumer, attributes   -- (or a job's worker, on a consumer's behalf)
     status, err_type, msg, extra, consumer, attributes = jobs.authenticate(snap, ctx)
@@ -162,6 +170,13 @@ function _M.admit(ctx)
     local caller = ctx.caller
     caller.attributes = attributes
     caller.consumer = consumer
+    local plan = consumer.plan_id and snap.plans[consumer.plan_id]
+    if plan and plan.per_ip and not caller.job_id then   -- the plan's rate_per_ip
+        status, err_type, msg, extra = ip_limit.check_plan(snap, consumer.plan_id, plan.per_ip)
+        if status then
+            return status, err_type, msg, extra
+        end
+    end
     if endpoint.jobs then   -- /v1/jobs, /v1/files, /v1/batches: to the jobs service
         return to_jobs(ctx, jobs.serve(snap, consumer))
     end

@@ -7,6 +7,7 @@ local jwt = require("sluice.jwt")
 local content = require("sluice.content")
 local mappings = require("sluice.mappings")
 local breaker = require("sluice.breaker")
+local ip_limit = require("sluice.ip_limit")
 local splits = require("sluice.splits")
 local admission = require("sluice.admission")
 local realtime_plans = require("sluice.realtime_plans")
@@ -142,7 +143,7 @@ function _M.snapshot(s)
     end
     local bok, berr = breaker.validate(s.breaker)
     if not bok then return nil, berr end
-    local merr = mappings.validate(s.mappings)
+    local merr = mappings.validate(s.mappings) or ip_limit.validate(s.ip_limit)
     if merr then return nil, merr end
     local maps = s.mappings or {}
     for name, m in pairs(s.models) do

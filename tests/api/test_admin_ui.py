@@ -253,12 +253,14 @@ def test_ui_changes_are_audited_as_the_signed_in_user(ui, api):
 
 def test_plan_form_takes_decimals_and_blank_means_unlimited(ui, api):
     resp = ui("/admin/plans/new", {"name": "gold", "rate_per_second": "0.5",
+                                   "rate_per_ip": "0.25",
                                    "daily_requests": "1000", "max_concurrent": "",
                                    "model_overrides": '{"chat": {"burst": 3}}'})
     assert resp.status_code == 302, resp.get_data(as_text=True)
     [plan] = api("get", "/plans").get_json()["items"]
     assert (plan["rate_per_second"], plan["daily_requests"], plan["max_concurrent"]) == (
         0.5, 1000, None)
+    assert plan["rate_per_ip"] == 0.25
     assert plan["model_overrides"] == {"chat": {"burst": 3}}
     # Emptying a limit on edit makes it unlimited again.
     resp = ui(f"/admin/plans/{plan['id']}", {"name": "gold", "rate_per_second": "2",
@@ -266,6 +268,7 @@ def test_plan_form_takes_decimals_and_blank_means_unlimited(ui, api):
     assert resp.status_code == 302
     plan = api("get", f"/plans/{plan['id']}").get_json()
     assert (plan["rate_per_second"], plan["daily_requests"]) == (2, None)
+    assert plan["rate_per_ip"] is None
     bad = ui("/admin/plans/new", {"name": "x", "rate_per_second": "fast"})
     assert "Requests per second must be a number such as 2 or 0.5" in bad.get_data(as_text=True)
 

@@ -19,8 +19,8 @@ def _pem(public_key) -> str:
 
 
 def test_plan_crud_and_snapshot(api, make):
-    plan = make("plan", name="gold", rate_per_second=5, burst=10, max_concurrent=3,
-                daily_requests=1000, monthly_tokens=50000,
+    plan = make("plan", name="gold", rate_per_second=5, rate_per_ip=0.5, burst=10,
+                max_concurrent=3, daily_requests=1000, monthly_tokens=50000,
                 model_overrides={"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}})
     assert plan["monthly_requests"] is None
     consumer = make("consumer", name="c1", plan_id=plan["id"])
@@ -28,7 +28,8 @@ def test_plan_crud_and_snapshot(api, make):
 
     snap = api("get", "/snapshot").get_json()
     assert snap["plans"] == {str(plan["id"]): {
-        "id": plan["id"], "name": "gold", "rate_per_second": 5, "burst": 10,
+        "id": plan["id"], "name": "gold", "rate_per_second": 5, "rate_per_ip": 0.5,
+        "burst": 10,
         "max_concurrent": 3, "daily_requests": 1000, "monthly_requests": None,
         "monthly_tokens": 50000,
         "models": {"chat-demo": {"rate_per_second": 1, "monthly_tokens": 10}},
@@ -48,14 +49,16 @@ def test_plan_crud_and_snapshot(api, make):
 def test_plan_defaults_to_100_per_second(make):
     plan = make("plan", name="default")
     assert plan["rate_per_second"] == 100 and plan["burst"] is None
+    assert plan["rate_per_ip"] is None
 
 
 def test_plan_validation(api, make):
     r = api("post", "/plans", json={"name": "x", "rate_per_second": 0, "burst": "many",
+                                    "rate_per_ip": -1,
                                     "model_overrides": {"m": {"colour": 1}}})
     assert r.status_code == 422
     fields = r.get_json()["error"]["fields"]
-    assert set(fields) == {"rate_per_second", "burst", "model_overrides"}
+    assert set(fields) == {"rate_per_second", "rate_per_ip", "burst", "model_overrides"}
     r = api("post", "/consumers", json={"name": "c", "plan_id": 999})
     assert r.status_code == 422
     assert "plan_id" in r.get_json()["error"]["fields"]

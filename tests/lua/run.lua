@@ -11,7 +11,7 @@ local FILES = { "test_gcra", "test_swrr", "test_der", "test_scan", "test_same", 
                 "test_accesslog", "test_body", "test_nginx_time", "test_bytes", "test_multipart",
                 "test_media", "test_strict_anthropic", "test_strict_responses", "test_gemini",
                 "test_realtime_plans", "test_ws_frames", "test_json_prefix",
-                "test_caller_path" }
+                "test_caller_path", "test_client_ip" }
 
 local passed, failed = 0, 0
 for _, file in ipairs(FILES) do

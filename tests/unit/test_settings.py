@@ -45,6 +45,9 @@ def test_every_variable():
     ("SLUICE_DB_CONNECT_TIMEOUT", "0", "whole number >= 1"),
     ("SLUICE_CORS_ORIGINS", "https://app.example.com/path", "is not an origin"),
     ("SLUICE_CORS_ORIGINS", "*,https://a.example", "nor *"),
+    ("SLUICE_IP_RATE", "0", "positive number"),
+    ("SLUICE_TRUSTED_PROXIES", "10.0.0.0/8, proxy.internal", "not an IP network"),
+    ("SLUICE_IP_V6_PREFIX", "129", "from 1 to 128"),
 ])
 def test_bad_values_name_the_variable(name, value, reason):
     with pytest.raises(SettingsError) as err:
@@ -158,3 +161,14 @@ def test_gateway_tls_variables():
 def test_gateway_tls_variables_that_do_not_fit(env, reason):
     with pytest.raises(SettingsError, match=reason):
         load_settings(env)
+
+
+def test_per_ip_limit_settings_make_the_snapshot_section():
+    assert Settings().ip_limit() == {"rate": None, "burst": 20, "trusted_proxies": [],
+                                     "ipv6_prefix": 64}
+    s = load_settings({"SLUICE_IP_RATE": "2.5", "SLUICE_IP_BURST": "40",
+                       "SLUICE_TRUSTED_PROXIES": " 10.1.2.3/8, 2001:db8::1 ,",
+                       "SLUICE_IP_V6_PREFIX": "56"})
+    assert s.ip_limit() == {"rate": 2.5, "burst": 40,
+                            "trusted_proxies": ["10.0.0.0/8", "2001:db8::1/128"],
+                            "ipv6_prefix": 56}
