@@ -147,7 +147,7 @@ def render_all(cfg: GatewayConfig) -> dict[str, str]:
         "system_ca_file": SYSTEM_CA_FILE,
         "jobs_proxy": _jobs_proxy(cfg.jobs_url),
         "loop_socket": str(nginx_tls.h1_socket(cfg)),
-        "cors_origins": _cors_map(cfg.cors_origins),
+        **_cors(cfg.cors_origins),
     }
 
     def fill(template: Path) -> str:
@@ -161,9 +161,38 @@ def render_all(cfg: GatewayConfig) -> dict[str, str]:
     return {"nginx.conf": fill(TEMPLATE), **{name: fill(t) for name, t in INCLUDED.items()}}
 
 
-def _cors_map(origins: tuple[str, ...]) -> str:
-    """The entries of the $sl_cors_origin map: what Access-Control-Allow-Origin says
-    for a request's Origin (nothing for an origin not allowed, or none configured)."""
-    if tuple(origins) == ("*",):
-        return '"~." "*";'
-    return " ".join(f'"{o}" $http_origin;' for o in origins)   # none: no CORS
+# What Access-Control-Allow-Origin says for a request's Origin ({origins}: the map's
+# entries); a preflight (OPTIONS from an allowed origin) is answered 204 by the public
+# server before any key check. Exact map lookups, no regex but "~." for "*".
+_CORS_HTTP = """map $http_origin $sl_cors_origin {{ default ""; {origins} }}
+    map $request_method $sl_cors_preflight {{ default ""; OPTIONS $sl_cors_origin; }}
+    map $sl_cors_origin $sl_cors_expose {{ "" ""; default "{expose}"; }}
+    map $sl_cors_origin $sl_cors_vary {{ "" ""; "*" ""; default Origin; }}
+    map $sl_cors_preflight $sl_cors_methods {{ "" ""; default "GET, POST, DELETE, OPTIONS"; }}
+    map $sl_cors_preflight $sl_cors_headers {{
+        "" ""; default $http_access_control_request_headers; }}
+    map $sl_cors_preflight $sl_cors_max_age {{ "" ""; default 600; }}
+    add_header Access-Control-Allow-Origin $sl_cors_origin always;
+    add_header Access-Control-Expose-Headers $sl_cors_expose always;
+    add_header Access-Control-Allow-Methods $sl_cors_methods always;
+    add_header Access-Control-Allow-Headers $sl_cors_headers always;
+    add_header Access-Control-Max-Age $sl_cors_max_age always;
+    add_header Vary $sl_cors_vary always;
+    proxy_hide_header Access-Control-Allow-Origin;
+    proxy_hide_header Access-Control-Expose-Headers;
+    proxy_hide_header Access-Control-Allow-Methods;
+    proxy_hide_header Access-Control-Allow-Headers;"""
+# what a page may read of an answer
+_CORS_EXPOSE = ("X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, "
+                "Retry-After, X-Sluice-Fallback, X-Sluice-Route-Version")
+_CORS_PREFLIGHT = "if ($sl_cors_preflight) { return 204; }   # a browser's preflight: no key"
+
+
+def _cors(origins: tuple[str, ...]) -> dict[str, str]:
+    """The CORS blocks of nginx.conf: empty (no cost per request) without origins."""
+    if not origins:
+        return {"cors_http": "# none: same-origin pages only", "cors_preflight": ""}
+    entries = ('"~." "*";' if tuple(origins) == ("*",)
+               else " ".join(f'"{o}" $http_origin;' for o in origins))
+    return {"cors_http": _CORS_HTTP.format(origins=entries, expose=_CORS_EXPOSE),
+            "cors_preflight": _CORS_PREFLIGHT}
