@@ -63,11 +63,12 @@ function _M.compile(section)
              prefix = section.ipv6_prefix or 64 }
 end
 
--- The caller's bucket key under the listener's trusted proxies and IPv6 prefix
--- (`limit`: the compiled section, or false: none trusted, /64).
+-- The caller's bucket address under the listener's trusted proxies and IPv6 prefix
+-- (`limit`: the compiled section, or false: none trusted, /64): read once per request
+-- and given to check and check_plan.
 local NO_PROXIES = { nets = {}, prefix = 64 }
 
-local function client(limit)
+function _M.address(limit)
     limit = limit or NO_PROXIES
     local var = ngx.var
     return client_ip.key(var.remote_addr, limit.nets[1] and var.http_x_forwarded_for,
@@ -83,17 +84,16 @@ local function take_or_refuse(key, rate, burst)
     return nil
 end
 
--- Take a token of the caller's bucket under `limit` (compiled): nil, or 429 and what
--- the error template says.
-function _M.check(limit)
-    return take_or_refuse("ip:" .. client(limit), limit.rate, limit.burst)
+-- Take a token of the caller's bucket under `limit` (compiled) for `address`
+-- (_M.address): nil, or 429 and what the error template says.
+function _M.check(limit, address)
+    return take_or_refuse("ip:" .. address, limit.rate, limit.burst)
 end
 
 -- A plan's `rate_per_ip` (sluice.plans: plan.per_ip): a bucket per plan and address,
--- one second's worth of burst; the address as the listener's limit reads it.
-function _M.check_plan(snap, plan_id, rate)
-    return take_or_refuse("ipp:" .. plan_id .. ":" .. client(snap.ip_limit), rate,
-                          max(1, ceil(rate)))
+-- one second's worth of burst.
+function _M.check_plan(plan_id, rate, address)
+    return take_or_refuse("ipp:" .. plan_id .. ":" .. address, rate, max(1, ceil(rate)))
 end
 
 return _M

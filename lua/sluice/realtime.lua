@@ -212,7 +212,8 @@ function _M.admit(ctx)
                { retry_after = 1 }
     end
     if snap.ip_limit then   -- the per-IP limit, before the key lookup (sluice.ip_limit)
-        local status, ip_type, ip_msg, extra = ip_limit.check(snap.ip_limit)
+        local status, ip_type, ip_msg, extra = ip_limit.check(snap.ip_limit,
+                                                              ip_limit.address(snap.ip_limit))
         if status then
             return status, ip_type, ip_msg, extra
         end

@@ -154,8 +154,10 @@ function _M.admit(ctx)
                { retry_after = 1 }
     end
     local per_ip = snap.ip_limit   -- before the key lookup: bad keys cost a token too
+    local address   -- the caller's, read once for this limit and the plan's
     if per_ip then
-        status, err_type, msg, extra = ip_limit.check(per_ip)
+        address = ip_limit.address(per_ip)
+        status, err_type, msg, extra = ip_limit.check(per_ip, address)
         if status then
             return status, err_type, msg, extra
         end
@@ -172,7 +174,8 @@ function _M.admit(ctx)
     caller.consumer = consumer
     local plan = consumer.plan_id and snap.plans[consumer.plan_id]
     if plan and plan.per_ip and not caller.job_id then   -- the plan's rate_per_ip
-        status, err_type, msg, extra = ip_limit.check_plan(snap, consumer.plan_id, plan.per_ip)
+        status, err_type, msg, extra = ip_limit.check_plan(consumer.plan_id, plan.per_ip,
+                                                           address or ip_limit.address(per_ip))
         if status then
             return status, err_type, msg, extra
         end
